@@ -1,0 +1,63 @@
+# transcript-owner: every target installs what it needs from nothing (venv, packages, Kafka).
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: help install kafka-up kafka-down kafka-status topics topics-check test test-unit run demo bench schemas lint clean
+
+help:
+	@echo "make run        venv + local Kafka + topics + the worker in the foreground"
+	@echo "make test       the same set-up, then the whole suite against the real broker"
+	@echo "make demo       publish a scenario covering every rule; print transcripts (beside make run)"
+	@echo "make bench      throughput and latency side by side with raw Kafka and faust baselines"
+	@echo "make kafka-up | kafka-down | topics | schemas | lint"
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11+ is required")'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+install: $(STAMP)
+
+kafka-up:
+	deploy/local/kafka-up.sh
+
+kafka-down:
+	deploy/local/kafka-down.sh
+
+kafka-status:
+	deploy/local/kafka-status.sh
+
+topics: install kafka-up
+	$(PY) -m workers topics apply
+
+topics-check: install
+	$(PY) -m workers topics check
+
+schemas: install
+	$(PY) -m schemas.generate
+
+lint: install
+	$(VENV)/bin/ruff check workers schemas tests
+
+test-unit: install
+	$(PY) -m pytest tests/unit -q
+
+test: install kafka-up
+	$(PY) -m pytest -q
+
+run: install kafka-up topics
+	$(PY) -m workers worker
+
+demo: install kafka-up
+	$(PY) -m workers.demo
+
+clean:
+	rm -rf $(VENV) var

@@ -1,0 +1,117 @@
+# shellcheck shell=bash
+# Shared by kafka-up.sh, kafka-down.sh and kafka-status.sh (sourced, not run).
+
+KAFKA_LOCAL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$KAFKA_LOCAL_DIR/../.." && pwd)"
+LIB_DIR="$KAFKA_LOCAL_DIR/lib"
+STAMP="$LIB_DIR/.stamp"
+
+# Resolve KAFKA_DATA_DIR to an absolute path without creating it.
+_data_dir="${KAFKA_DATA_DIR:-$REPO_ROOT/var/kafka}"
+case "$_data_dir" in
+  /*) DATA_DIR="$_data_dir" ;;
+  *) DATA_DIR="$PWD/$_data_dir" ;;
+esac
+DATA_DIR="${DATA_DIR%/}"
+[ -n "$DATA_DIR" ] || { echo "KAFKA_DATA_DIR must not be /" >&2; exit 2; }
+unset _data_dir
+
+PROPS="$DATA_DIR/server.properties"
+PID_FILE="$DATA_DIR/kafka.pid"
+PORT_FILE="$DATA_DIR/kafka.ports"   # "<port> <controller port>" of the running broker
+LOG_DIRS="$DATA_DIR/data"            # Kafka's log.dirs (and KRaft metadata log)
+LOG_FILE="$DATA_DIR/kafka.log"       # log4j2 (rolled at 20 MB, 5 kept)
+OUT_FILE="$DATA_DIR/kafka.out"       # JVM stdout/stderr (normally near empty)
+LOCK_FILE="$DATA_DIR/.lock"
+
+now() { echo "${EPOCHREALTIME/,/.}"; }
+elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+kafka_version() {
+  local j
+  for j in "$LIB_DIR"/kafka_2.13-*.jar; do
+    [ -e "$j" ] || { echo "unknown"; return; }
+    j="${j##*/kafka_2.13-}"; echo "${j%.jar}"; return
+  done
+}
+
+# The ports of the broker this data dir runs (or last ran); env overrides win.
+# Sets REC_PORT / REC_CTRL_PORT (empty when unknown), KAFKA_PORT and KAFKA_CONTROLLER_PORT.
+recorded_ports() {
+  REC_PORT=""; REC_CTRL_PORT=""
+  if [ -r "$PORT_FILE" ]; then read -r REC_PORT REC_CTRL_PORT < "$PORT_FILE" || true; fi
+  KAFKA_PORT="${KAFKA_PORT:-${REC_PORT:-9092}}"
+  KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-${REC_CTRL_PORT:-9093}}"
+}
+
+# Is $1 the pid of the broker started for this data dir?
+is_our_pid() {
+  local pid="$1" cmd
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  [ -r "/proc/$pid/cmdline" ] || return 1
+  cmd="$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null)" || return 1
+  [[ "$cmd" == *" kafka.Kafka $PROPS"* ]]
+}
+
+# Print the pid of our running broker (pid file first, else look for its exact command line).
+find_pid() {
+  local pid=""
+  if [ -r "$PID_FILE" ]; then read -r pid < "$PID_FILE" || true; fi
+  if is_our_pid "$pid"; then echo "$pid"; return 0; fi
+  for pid in $(pgrep -f -- " kafka.Kafka $PROPS\$" 2>/dev/null || true); do
+    if is_our_pid "$pid"; then echo "$pid"; return 0; fi
+  done
+  return 1
+}
+
+# A real Metadata request (v4, no topics) over bash /dev/tcp: succeeds only when the broker
+# answers with itself in the broker list. Prints "node <id> at <host>:<port>, cluster <id>".
+probe_metadata() {
+  local port="$1" raw
+  raw="$(timeout 3 bash -c '
+      exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+      # size=20 | api_key=3 (Metadata) v4 | correlation_id=0x4b4c | client_id "probe"
+      # | topics=[] | allow_auto_topic_creation=false
+      printf "\x00\x00\x00\x14\x00\x03\x00\x04\x00\x00\x4b\x4c\x00\x05probe\x00\x00\x00\x00\x00" >&3
+      set -- $(head -c 4 <&3 | od -An -v -tu1)
+      [ $# -eq 4 ] || exit 1
+      n=$(( ($1 << 24) | ($2 << 16) | ($3 << 8) | $4 ))
+      [ "$n" -gt 0 ] && [ "$n" -lt 1048576 ] || exit 1
+      head -c "$n" <&3 | od -An -v -tu1
+    ' probe "$port" 2>/dev/null)" || return 1
+  local -a b
+  read -r -a b <<< "$(echo $raw)"
+  local len=${#b[@]} i=0
+  i32() { echo $(( (b[$1] << 24) | (b[$1+1] << 16) | (b[$1+2] << 8) | b[$1+3] )); }
+  i16() { echo $(( (b[$1] << 8) | b[$1+1] )); }
+  str() { local s="" k; for ((k = $1; k < $1 + $2; k++)); do s+="$(printf "\\$(printf %03o "${b[k]}")")"; done; echo "$s"; }
+  [ "$len" -ge 16 ] || return 1
+  [ "$(i32 0)" -eq $((0x4b4c)) ] || return 1            # correlation id
+  local nb; nb=$(i32 8); i=12                             # throttle_time_ms at 4, brokers at 8
+  [ "$nb" -ge 1 ] && [ "$nb" -lt 1000 ] || return 1
+  [ $((i + 6)) -le "$len" ] || return 1
+  local node hl host bport rl cl cluster
+  node=$(i32 $i); hl=$(i16 $((i + 4))); i=$((i + 6))
+  [ $((i + hl + 6)) -le "$len" ] || return 1
+  host=$(str $i "$hl"); i=$((i + hl))
+  bport=$(i32 $i); rl=$(i16 $((i + 4))); i=$((i + 6))
+  [ "$rl" -ne 65535 ] && i=$((i + rl))
+  cluster="?"
+  if [ "$nb" -eq 1 ] && [ $((i + 2)) -le "$len" ]; then
+    cl=$(i16 $i); i=$((i + 2))
+    if [ "$cl" -ne 65535 ] && [ $((i + cl)) -le "$len" ]; then cluster=$(str $i "$cl"); fi
+  fi
+  [ "$bport" -eq "$port" ] || return 1
+  echo "node $node at $host:$bport, cluster $cluster"
+}
+
+port_in_use() { [ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]; }
+
+log_tail() {
+  local f
+  for f in "$OUT_FILE" "$LOG_FILE"; do
+    [ -s "$f" ] || continue
+    echo "----- last lines of $f -----" >&2
+    tail -n "${1:-40}" "$f" >&2
+  done
+}

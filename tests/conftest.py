@@ -1,0 +1,79 @@
+"""Shared fixtures: one real broker per test session, a unique topic prefix per test.
+
+A missing broker is a failure, not a skip: `make test` starts it, and so does this fixture
+when KAFKA_BOOTSTRAP is not set.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> str:
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
+    if not bootstrap:
+        subprocess.run([str(ROOT / "deploy/local/kafka-up.sh")], check=True)
+        bootstrap = f"127.0.0.1:{os.environ.get('KAFKA_PORT', '9092')}"
+    host = bootstrap.split(",")[0].rsplit(":", 1)[0]
+    assert host in ("127.0.0.1", "localhost", "::1"), "tests only talk to a broker on loopback"
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20000)
+    admin.list_topics()  # raises if the broker does not answer
+    admin.close()
+    return bootstrap
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A topic prefix no other test uses, so tests share one broker without seeing each other."""
+    return f"t{uuid.uuid4().hex[:10]}."
+
+
+@pytest.fixture
+def env(kafka_bootstrap: str, prefix: str) -> dict[str, str]:
+    """Environment for a `transcript-owner` subprocess aimed at this test's topics."""
+    e = dict(os.environ)
+    e.update(KAFKA_BOOTSTRAP=kafka_bootstrap, TRANSCRIPT_TOPIC_PREFIX=prefix, PYTHONUNBUFFERED="1")
+    return e
+
+
+def cli(*args: str, env: dict[str, str], input: bytes | None = None, timeout: float = 120):
+    """Run `python -m workers …` and return the CompletedProcess (text output)."""
+    return subprocess.run(
+        [sys.executable, "-m", "workers", *args],
+        cwd=ROOT, env=env, input=input, capture_output=True, timeout=timeout,
+    )
+
+
+@pytest.fixture
+def topics(env: dict[str, str]) -> Iterator[str]:
+    """This test's topics, created from topics.yaml under its prefix. Yields the prefix."""
+    done = cli("topics", "apply", env=env)
+    assert done.returncode == 0, done.stderr.decode()
+    prefix = env["TRANSCRIPT_TOPIC_PREFIX"]
+    yield prefix
+    delete_topics(env["KAFKA_BOOTSTRAP"], prefix)
+
+
+def delete_topics(bootstrap: str, prefix: str) -> None:
+    """Drop a test's topics so a long suite does not pile partitions onto one broker."""
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        mine = [t for t in admin.list_topics() if t.startswith(prefix)]
+        if mine:
+            admin.delete_topics(mine)
+    finally:
+        admin.close()

@@ -1,0 +1,49 @@
+"""`transcript-owner …` entry point: parses arguments, hands each command to its module.
+
+Command modules are imported lazily so that `replay` (no Kafka) never pays for faust's import.
+Each module exposes `add_arguments(parser)` and `run(args) -> int` (the exit code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# command name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "topics": ("workers.topics_cli", "make the cluster match topics.yaml or report drift"),
+    "worker": ("workers.worker", "run the stream processor (the transcript owner)"),
+    "loadgen": ("workers.loadgen", "publish realistic synthetic delivery confirmations"),
+    "replay": ("workers.replay", "run JSON-lines input through the core offline; print outcomes"),
+}
+
+
+def build_parser(command: str | None) -> argparse.ArgumentParser:
+    """Only the chosen command's module is imported (its arguments are its own business)."""
+    parser = argparse.ArgumentParser(prog="transcript-owner", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module)
+        if name == command:
+            importlib.import_module(module).add_arguments(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    command = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(command).parse_args(argv)
+    module = importlib.import_module(args._module)
+    try:
+        return int(module.run(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
