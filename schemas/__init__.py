@@ -1,0 +1,63 @@
+"""The contract: pydantic models of every record, the edge parser, and their JSON Schemas.
+
+Shells and the core import records from here; nothing else defines a record's shape.
+"""
+
+from schemas.parse import MAX_RECORD_BYTES, Invalid, describe_errors, parse_input
+from schemas.records import (
+    AGENT_ID_PATTERN,
+    RECORDS,
+    DeliveryConfirmation,
+    Diagnostic,
+    DiagnosticLevel,
+    InputRecord,
+    Job,
+    JobMode,
+    Media,
+    MediaRef,
+    Native,
+    Origin,
+    OriginKind,
+    Payload,
+    PeerKind,
+    PostedBy,
+    PostedByKind,
+    Receipt,
+    Record,
+    Route,
+    SessionReset,
+    Subagent,
+    TranscriptEntry,
+    Turn,
+)
+
+__all__ = [
+    "AGENT_ID_PATTERN",
+    "MAX_RECORD_BYTES",
+    "RECORDS",
+    "DeliveryConfirmation",
+    "Diagnostic",
+    "DiagnosticLevel",
+    "InputRecord",
+    "Invalid",
+    "Job",
+    "JobMode",
+    "Media",
+    "MediaRef",
+    "Native",
+    "Origin",
+    "OriginKind",
+    "Payload",
+    "PeerKind",
+    "PostedBy",
+    "PostedByKind",
+    "Receipt",
+    "Record",
+    "Route",
+    "SessionReset",
+    "Subagent",
+    "TranscriptEntry",
+    "Turn",
+    "describe_errors",
+    "parse_input",
+]

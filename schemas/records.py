@@ -1,0 +1,249 @@
+"""The wire contract: every record transcript-owner reads or writes (DESIGN.md, "Records").
+
+Nothing else defines a record's shape. Models are frozen (a record is a fact, not a
+buffer) and ignore unknown fields (a newer connector may add some); a missing required
+field is an error. Lists are tuples so that a frozen model is frozen all the way down.
+
+The attribute for the JSON field `schema` is `schema_` (pydantic reserves `schema` on
+BaseModel); it is read and written as `schema`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, Strict, StringConstraints
+
+# --- shared field types -------------------------------------------------------------------
+
+AGENT_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+
+# RFC 3339 with a UTC offset: strict, so a JSON number is not taken as a unix time, and
+# aware, so a naive timestamp (no offset) is rejected rather than guessed.
+Timestamp = Annotated[AwareDatetime, Strict()]
+AgentId = Annotated[str, StringConstraints(pattern=AGENT_ID_PATTERN)]
+SendId = Annotated[str, StringConstraints(min_length=1, max_length=512)]
+NonEmpty = Annotated[str, StringConstraints(min_length=1)]
+
+PeerKind = Literal["direct", "group", "channel"]
+OriginKind = Literal[
+    "turn_reply", "message_tool", "automation_result", "failure_alert", "subagent_announcement"
+]
+JobMode = Literal["in_chat", "background"]
+PostedByKind = Literal["job", "subagent", "agent"]
+DiagnosticLevel = Literal["info", "warn", "error"]
+
+
+class Record(BaseModel):
+    """Base of every wire model: frozen, unknown fields ignored, `schema` by its JSON name."""
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="ignore",
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+    )
+
+
+# --- delivery-confirmation/1 --------------------------------------------------------------
+
+
+class Route(Record):
+    """Where the send went, as the channel names it (serves diagnostics and key builders)."""
+
+    channel: NonEmpty
+    account_id: str | None = None
+    peer_kind: PeerKind
+    peer_id: NonEmpty
+    thread_id: str | None = None
+
+
+class Turn(Record):
+    """The agent turn whose reply this send is."""
+
+    session_key: str
+    turn_id: str
+
+
+class Job(Record):
+    """The scheduled job that produced the send."""
+
+    id: NonEmpty
+    name: str | None = None
+    run_id: str | None = None
+    mode: JobMode
+    session_key: str | None = None
+
+
+class Subagent(Record):
+    """The sub-agent run whose announcement this send is."""
+
+    run_id: str
+    agent_id: AgentId
+    label: str | None = None
+
+
+class Origin(Record):
+    """What produced the send; decides Rule 6 and the entry's `posted_by`."""
+
+    kind: OriginKind
+    turn: Turn | None = None
+    job: Job | None = None
+    subagent: Subagent | None = None
+
+
+class Media(Record):
+    """A media item as sent. `url` may carry an access token: it is never copied."""
+
+    kind: str
+    name: str
+    url: str | None = None
+    mime: str | None = None
+
+
+class Native(Record):
+    """Channel-native content (embed, card, poll). Kept whole so retries fingerprint alike."""
+
+    model_config = ConfigDict(extra="allow")
+
+    kind: str
+
+
+class Payload(Record):
+    """What the chat showed."""
+
+    text: str | None = None
+    media: tuple[Media, ...] = ()
+    native: tuple[Native, ...] = ()
+
+
+class Receipt(Record):
+    """The channel's proof of delivery."""
+
+    platform_message_ids: tuple[str, ...]
+    sent_at: Timestamp | None = None
+
+
+class DeliveryConfirmation(Record):
+    """A channel confirmed that an outbound message was shown in a chat."""
+
+    schema_: Literal["delivery-confirmation/1"] = Field(alias="schema")
+    send_id: SendId
+    confirmed_at: Timestamp
+    agent_id: AgentId
+    session_key: str
+    route: Route
+    destination_agent_id: AgentId | None = None
+    origin: Origin
+    payload: Payload
+    receipt: Receipt
+
+
+# --- session-reset/1 ----------------------------------------------------------------------
+
+
+class SessionReset(Record):
+    """The chat was reset: same chat, next epoch."""
+
+    schema_: Literal["session-reset/1"] = Field(alias="schema")
+    session_key: str
+    reset_at: Timestamp
+    reason: str | None = None
+
+
+# --- transcript-entry/1 -------------------------------------------------------------------
+
+
+class MediaRef(Record):
+    """A media item as the transcript records it: what it was, never where it lives."""
+
+    kind: str
+    name: str
+
+
+class PostedBy(Record):
+    """Who posted the entry, so the model can tell a job's message from its own reply."""
+
+    kind: PostedByKind
+    id: str
+    name: str | None = None
+    run_id: str | None = None
+
+
+class TranscriptEntry(Record):
+    """One message a chat showed, in the chat's model-visible history."""
+
+    schema_: Literal["transcript-entry/1"] = Field(alias="schema")
+    session_key: str
+    epoch: Annotated[int, Field(ge=0)]
+    seq: Annotated[int, Field(ge=1)]
+    entry_id: str
+    send_id: SendId
+    role: Literal["assistant"]
+    agent_id: AgentId
+    text: str
+    media: tuple[MediaRef, ...]
+    source: OriginKind
+    posted_by: PostedBy
+    delivered_at: Timestamp
+    written_at: Timestamp
+    platform_message_ids: tuple[str, ...]
+
+
+# --- diagnostic/1 -------------------------------------------------------------------------
+
+
+class Diagnostic(Record):
+    """A run diagnostic: an exception to Rule 1, a conflict, or a hint for the operator.
+
+    `detail` never holds message text or URLs.
+    """
+
+    schema_: Literal["diagnostic/1"] = Field(alias="schema")
+    level: DiagnosticLevel
+    code: Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*$")]
+    session_key: str
+    send_id: str | None
+    detail: str
+    at: Timestamp
+
+
+InputRecord = DeliveryConfirmation | SessionReset
+
+# record name (file stem under schemas/json/) -> model, for the generator and the docs
+RECORDS: dict[str, type[Record]] = {
+    "delivery-confirmation": DeliveryConfirmation,
+    "session-reset": SessionReset,
+    "transcript-entry": TranscriptEntry,
+    "diagnostic": Diagnostic,
+}
+
+__all__ = [
+    "AGENT_ID_PATTERN",
+    "AgentId",
+    "DeliveryConfirmation",
+    "Diagnostic",
+    "DiagnosticLevel",
+    "InputRecord",
+    "Job",
+    "JobMode",
+    "Media",
+    "MediaRef",
+    "Native",
+    "Origin",
+    "OriginKind",
+    "Payload",
+    "PeerKind",
+    "PostedBy",
+    "PostedByKind",
+    "RECORDS",
+    "Receipt",
+    "Record",
+    "Route",
+    "SessionReset",
+    "Subagent",
+    "Timestamp",
+    "TranscriptEntry",
+    "Turn",
+]

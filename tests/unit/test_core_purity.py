@@ -1,0 +1,73 @@
+"""The core is pure: no Kafka, faust, OS, logging, clock or randomness (checked on the source).
+
+Layers: shells -> workers.core -> schemas. The core imports nothing from the shells, and the
+contract imports nothing from workers.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CORE = sorted((ROOT / "workers" / "core").glob("*.py"))
+SCHEMAS = sorted((ROOT / "schemas").glob("*.py"))
+
+FORBIDDEN_IN_CORE = {
+    "faust",
+    "aiokafka",
+    "kafka",
+    "os",
+    "logging",
+    "time",
+    "random",
+    "secrets",
+    "socket",
+    "subprocess",
+    "asyncio",
+    "threading",
+    "sys",
+    "io",
+    "pathlib",
+    "rocksdict",
+}
+CLOCK_CALLS = {"now", "utcnow", "today", "time", "monotonic", "perf_counter", "uuid1", "uuid4"}
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_the_core_is_there() -> None:
+    assert {p.name for p in CORE} >= {"__init__.py", "decide.py", "session_keys.py", "state.py"}
+
+
+@pytest.mark.parametrize("path", CORE, ids=lambda p: p.name)
+def test_core_imports_no_io_clock_or_shell(path: Path) -> None:
+    for name in _imports(path):
+        top = name.split(".")[0]
+        assert top not in FORBIDDEN_IN_CORE, f"{path.name} imports {name}"
+        if top == "workers":
+            assert name.startswith("workers.core"), f"{path.name} imports the shell {name}"
+
+
+@pytest.mark.parametrize("path", CORE, ids=lambda p: p.name)
+def test_core_never_reads_the_clock(path: Path) -> None:
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            assert node.func.attr not in CLOCK_CALLS, (
+                f"{path.name}:{node.lineno} calls .{node.func.attr}()"
+            )
+
+
+@pytest.mark.parametrize("path", SCHEMAS, ids=lambda p: p.name)
+def test_the_contract_does_not_import_workers(path: Path) -> None:
+    assert not any(name.split(".")[0] == "workers" for name in _imports(path))

@@ -1,0 +1,230 @@
+"""workers/core/session_keys.py: every canonicalisation rule and every key the builder makes."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schemas import Route
+from workers.core import DM_SCOPES, canonical_session_key, session_key_for_route
+
+# (raw key as a sender spelled it, sending agent, canonical key)
+CANONICAL: list[tuple[str, str, str]] = [
+    # main / empty / prefix / whitespace
+    ("", "ops", "agent:ops:main"),
+    ("   ", "ops", "agent:ops:main"),
+    ("main", "ops", "agent:ops:main"),
+    (" MAIN\n", "ops", "agent:ops:main"),
+    ("agent:ops:main", "ops", "agent:ops:main"),
+    ("Agent:OPS:Main", "ops", "agent:ops:main"),
+    ("agent:ops", "ops", "agent:ops:main"),
+    ("agent:ops:", "ops", "agent:ops:main"),
+    ("agent:other:main", "ops", "agent:other:main"),  # a full key keeps its own agent
+    ("telegram:group:-100123", "ops", "agent:ops:telegram:group:-100123"),
+    (" agent : ops : slack : direct : U1 ", "ops", "agent:ops:slack:direct:u1"),
+    # direct messages, every DM scope, and the legacy `dm`
+    ("agent:ops:direct:U1", "ops", "agent:ops:direct:u1"),
+    ("dm:U1", "ops", "agent:ops:direct:u1"),
+    ("agent:ops:Slack:Direct:U1", "ops", "agent:ops:slack:direct:u1"),
+    ("agent:ops:slack:dm:U1", "ops", "agent:ops:slack:direct:u1"),
+    ("agent:ops:slack:T0WORK:direct:U1", "ops", "agent:ops:slack:t0work:direct:u1"),
+    ("agent:ops:slack:T0WORK:DM:U1", "ops", "agent:ops:slack:t0work:direct:u1"),
+    ("agent:ops:direct:dm", "ops", "agent:ops:direct:dm"),  # a peer called "dm" stays
+    # groups and channels, threads and topics
+    ("agent:ops:Discord:Channel:123", "ops", "agent:ops:discord:channel:123"),
+    ("agent:ops:slack:channel:C1:Thread:1700.1", "ops", "agent:ops:slack:channel:c1:thread:1700.1"),
+    ("agent:ops:slack:channel:C1:thread:AbC", "ops", "agent:ops:slack:channel:c1:thread:abc"),
+    (
+        "agent:ops:telegram:group:-100123:topic:42",
+        "ops",
+        "agent:ops:telegram:group:-100123:topic:42",
+    ),
+    (
+        "agent:ops:telegram:group:-100123:thread:42",
+        "ops",
+        "agent:ops:telegram:group:-100123:topic:42",
+    ),
+    ("agent:ops:discord:channel:1:topic:7", "ops", "agent:ops:discord:channel:1:topic:7"),
+    # case-preserving peers: Signal group ids, Matrix room ids (which contain colons)
+    ("agent:ops:signal:group:AbC+/dE=", "ops", "agent:ops:signal:group:AbC+/dE="),
+    ("AGENT:OPS:SIGNAL:GROUP:AbC+/dE=", "ops", "agent:ops:signal:group:AbC+/dE="),
+    ("signal:group:AbC=", "ops", "agent:ops:signal:group:AbC="),
+    ("agent:ops:signal:direct:+4915Abc", "ops", "agent:ops:signal:direct:+4915abc"),
+    ("agent:ops:matrix:group:!AbC:Matrix.org", "ops", "agent:ops:matrix:group:!AbC:Matrix.org"),
+    (
+        "agent:ops:Matrix:Channel:!AbC:example.org:8448",
+        "ops",
+        "agent:ops:matrix:channel:!AbC:example.org:8448",
+    ),
+    (
+        "agent:ops:matrix:group:!AbC:matrix.org:Thread:$EvT",
+        "ops",
+        "agent:ops:matrix:group:!AbC:matrix.org:thread:$evt",
+    ),
+    ("agent:ops:matrix:direct:!DmRoom:m.org", "ops", "agent:ops:matrix:direct:!DmRoom:m.org"),
+    (
+        "agent:ops:matrix:direct:@Alice:Example.org",
+        "ops",
+        "agent:ops:matrix:direct:@alice:example.org",
+    ),
+    # other sources have no peer structure: lowercased, prefixed
+    ("cron:Job-1", "ops", "agent:ops:cron:job-1"),
+    ("agent:ops:cron:Job-1:run:R-9", "ops", "agent:ops:cron:job-1:run:r-9"),
+    ("cron:dm:run:x", "ops", "agent:ops:cron:dm:run:x"),
+    ("subagent:Research:1", "ops", "agent:ops:subagent:research:1"),
+    (
+        "hook:0F8FAD5B-D9CB-469F-A165-70867728950E",
+        "ops",
+        "agent:ops:hook:0f8fad5b-d9cb-469f-a165-70867728950e",
+    ),
+]
+
+
+@pytest.mark.parametrize(("raw", "agent", "canonical"), CANONICAL)
+def test_canonical_session_key(raw: str, agent: str, canonical: str) -> None:
+    assert canonical_session_key(raw, agent) == canonical
+
+
+@pytest.mark.parametrize(("raw", "agent", "canonical"), CANONICAL)
+def test_canonical_keys_are_fixed_points(raw: str, agent: str, canonical: str) -> None:
+    assert canonical_session_key(canonical, agent) == canonical
+    assert canonical_session_key(canonical, "someone-else") == canonical
+
+
+@pytest.mark.parametrize(
+    "raw", ["agent::main", "agent:Not An Id:main", "agent:-x:main", " agent: :x"]
+)
+def test_an_agent_key_that_names_no_agent_is_rejected(raw: str) -> None:
+    with pytest.raises(ValueError, match="malformed agent key"):
+        canonical_session_key(raw, "ops")
+
+
+_segment = st.text(alphabet="abcXYZ019-_.!@+=/ :", max_size=8)
+
+
+@settings(max_examples=300)
+@given(st.lists(_segment, min_size=0, max_size=7).map(":".join), st.sampled_from(["ops", "a-1"]))
+def test_canonicalisation_is_idempotent(raw: str, agent: str) -> None:
+    try:
+        once = canonical_session_key(raw, agent)
+    except ValueError:
+        return
+    assert canonical_session_key(once, agent) == once
+    assert once.startswith("agent:") and once == once.strip()
+
+
+# --- the builder --------------------------------------------------------------------------
+
+
+def route(
+    channel: str, kind: str, peer: str, account: str | None = None, thread: str | None = None
+) -> Route:
+    return Route(
+        channel=channel, account_id=account, peer_kind=kind, peer_id=peer, thread_id=thread
+    )
+
+
+# (route, DM scope, key); field-notes "Session keys in the gateway"
+BUILT: list[tuple[Route, str, str]] = [
+    (route("telegram", "direct", "12345", "bot1"), "main", "agent:ops:main"),
+    (route("telegram", "direct", "12345", "bot1"), "per-peer", "agent:ops:direct:12345"),
+    (
+        route("telegram", "direct", "12345", "bot1"),
+        "per-channel-peer",
+        "agent:ops:telegram:direct:12345",
+    ),
+    (
+        route("telegram", "direct", "12345", "bot1"),
+        "per-account-channel-peer",
+        "agent:ops:telegram:bot1:direct:12345",
+    ),
+    (
+        route("Slack", "direct", "U07AB", None),
+        "per-account-channel-peer",
+        "agent:ops:slack:default:direct:u07ab",
+    ),
+    (route("Slack", "direct", "U07AB", "T0WORK"), "per-peer", "agent:ops:direct:u07ab"),
+    # groups and channels carry no account and ignore the DM scope
+    (route("telegram", "group", "-100123", "bot1"), "main", "agent:ops:telegram:group:-100123"),
+    (
+        route("telegram", "group", "-100123", "bot1"),
+        "per-account-channel-peer",
+        "agent:ops:telegram:group:-100123",
+    ),
+    (
+        route("slack", "channel", "C0GENERAL", "T0WORK"),
+        "per-peer",
+        "agent:ops:slack:channel:c0general",
+    ),
+    (route("discord", "channel", "1234567890"), "main", "agent:ops:discord:channel:1234567890"),
+    # threads, and Telegram forum topics
+    (
+        route("slack", "channel", "C0GENERAL", thread="1700000000.000100"),
+        "main",
+        "agent:ops:slack:channel:c0general:thread:1700000000.000100",
+    ),
+    (
+        route("telegram", "group", "-100123", thread="42"),
+        "main",
+        "agent:ops:telegram:group:-100123:topic:42",
+    ),
+    (
+        route("discord", "channel", "1", thread="ThreadX"),
+        "main",
+        "agent:ops:discord:channel:1:thread:threadx",
+    ),
+    (
+        route("slack", "direct", "U1", thread="1700.1"),
+        "per-channel-peer",
+        "agent:ops:slack:direct:u1:thread:1700.1",
+    ),
+    # case-preserving peer ids
+    (route("signal", "group", "AbC+/dE="), "main", "agent:ops:signal:group:AbC+/dE="),
+    (route("matrix", "group", "!AbC:matrix.org"), "main", "agent:ops:matrix:group:!AbC:matrix.org"),
+    (
+        route("matrix", "channel", "!AbC:matrix.org:8448", thread="$Ev"),
+        "main",
+        "agent:ops:matrix:channel:!AbC:matrix.org:8448:thread:$ev",
+    ),
+    (
+        route("matrix", "direct", "@Alice:matrix.org"),
+        "per-channel-peer",
+        "agent:ops:matrix:direct:@alice:matrix.org",
+    ),
+    (
+        route("matrix", "direct", "!DmRoom:matrix.org"),
+        "per-channel-peer",
+        "agent:ops:matrix:direct:!DmRoom:matrix.org",
+    ),
+    # whitespace around identity fields is not part of them
+    (route(" WhatsApp ", "group", " 1203@g.us "), "main", "agent:ops:whatsapp:group:1203@g.us"),
+]
+
+
+@pytest.mark.parametrize(("chat", "scope", "key"), BUILT)
+def test_session_key_for_route(chat: Route, scope: str, key: str) -> None:
+    assert session_key_for_route("ops", chat, scope) == key  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("chat", "scope", "key"), BUILT)
+def test_built_keys_are_canonical(chat: Route, scope: str, key: str) -> None:
+    assert canonical_session_key(key, "ops") == key
+
+
+def test_every_dm_scope_gives_a_distinct_key_shape() -> None:
+    chat = route("telegram", "direct", "12345", "bot1")
+    keys = {session_key_for_route("ops", chat, scope) for scope in DM_SCOPES}
+    assert len(keys) == len(DM_SCOPES) == 4
+
+
+def test_two_topics_of_one_group_are_two_sessions() -> None:
+    one = session_key_for_route("ops", route("telegram", "group", "-100123", thread="1"), "main")
+    two = session_key_for_route("ops", route("telegram", "group", "-100123", thread="2"), "main")
+    whole = session_key_for_route("ops", route("telegram", "group", "-100123"), "main")
+    assert len({one, two, whole}) == 3
+
+
+def test_an_unknown_dm_scope_is_an_error() -> None:
+    with pytest.raises(ValueError, match="unknown DM scope"):
+        session_key_for_route("ops", route("slack", "direct", "U1"), "per-sender")  # type: ignore[arg-type]

@@ -1,0 +1,88 @@
+"""What the decision function returns for one input record: exactly one Outcome.
+
+An audit checks that every input record has exactly one outcome; the kinds below are all
+there are. A shell turns an outcome into Kafka writes: `entry` to transcript.entries,
+`diagnostics` to transcript.diagnostics, a dead letter to the DLQ with `error`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, get_args
+
+from schemas import Diagnostic, DiagnosticLevel, TranscriptEntry
+
+OutcomeKind = Literal[
+    "written",
+    "duplicate",
+    "conflict",
+    "skipped_same_turn",
+    "other_agent",
+    "native_only",
+    "reset",
+    "dead_letter",
+]
+OUTCOME_KINDS: tuple[OutcomeKind, ...] = get_args(OutcomeKind)
+
+# Diagnostic codes the core emits (level, when).
+CONFLICTING_DUPLICATE = "conflicting_duplicate"  # error: a send_id came back with other content
+DESTINATION_BOUND_TO_OTHER_AGENT = "destination_bound_to_other_agent"  # warn: Rule 1 exception
+NATIVE_ONLY_PAYLOAD = "native_only_payload"  # warn: Rule 1 exception, no honest text
+IN_CHAT_JOB_DELIVERED_ELSEWHERE = "in_chat_job_delivered_elsewhere"  # warn: breaks Rule 2
+SESSION_KEY_MISMATCH = "session_key_mismatch"  # info: the sender's key was not canonical
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The single result of deciding one input record."""
+
+    kind: OutcomeKind
+    session_key: str | None  # canonical; None only for dead letters that could not be keyed
+    send_id: str | None
+    entry: TranscriptEntry | None = None  # set exactly when kind == "written"
+    diagnostics: tuple[Diagnostic, ...] = ()
+    error: str | None = None  # the reason, for dead letters
+
+
+def dead_letter(
+    reason: str, session_key: str | None = None, *, send_id: str | None = None
+) -> Outcome:
+    """The outcome of a record that cannot be processed (DESIGN.md Rule 1)."""
+    return Outcome("dead_letter", session_key, send_id, error=reason)
+
+
+def diagnostic(
+    level: DiagnosticLevel,
+    code: str,
+    session_key: str,
+    send_id: str | None,
+    detail: str,
+    at: datetime,
+) -> Diagnostic:
+    """A diagnostic/1 record. `at` is the record's own time, so replays reproduce it."""
+    return Diagnostic.model_validate(
+        {
+            "schema": "diagnostic/1",
+            "level": level,
+            "code": code,
+            "session_key": session_key,
+            "send_id": send_id,
+            "detail": detail,
+            "at": at,
+        }
+    )
+
+
+__all__ = [
+    "CONFLICTING_DUPLICATE",
+    "DESTINATION_BOUND_TO_OTHER_AGENT",
+    "IN_CHAT_JOB_DELIVERED_ELSEWHERE",
+    "NATIVE_ONLY_PAYLOAD",
+    "OUTCOME_KINDS",
+    "SESSION_KEY_MISMATCH",
+    "Outcome",
+    "OutcomeKind",
+    "dead_letter",
+    "diagnostic",
+]

@@ -1,0 +1,168 @@
+"""Canonical session keys: the one implementation outbound and inbound both use.
+
+A transcript write must land in the exact session an inbound reply uses. Two functions:
+
+- `session_key_for_route` builds the key from a chat's identity (channel, account, peer,
+  thread) and the agent's DM scope. Inbound producers, connectors and the doctor call it,
+  so both directions spell a chat the same way by construction.
+- `canonical_session_key` normalises a key someone already built. It can repair spelling:
+  whitespace, case (outside case-preserving peer ids), the legacy `dm` segment, a missing
+  `agent:<id>:` prefix, `main`/empty, Telegram `thread` vs `topic`. It cannot repair a key
+  built from the wrong identity (Slack `D…` channel id vs `U…` user id, `direct` vs `group`,
+  a folded Matrix room id, the wrong DM scope, an X post id vs the conversation id): that
+  information is not in the key, and guessing would merge different chats. Only the
+  builder prevents those.
+
+Key shapes (DESIGN.md, field-notes):
+    agent:<a>:main                                         DM scope main
+    agent:<a>:direct:<peer>                                DM scope per-peer
+    agent:<a>:<channel>:direct:<peer>                      DM scope per-channel-peer
+    agent:<a>:<channel>:<account>:direct:<peer>            DM scope per-account-channel-peer
+    agent:<a>:<channel>:<group|channel>:<peer>             groups and channels (no account)
+    … + :thread:<id>   (Telegram: :topic:<id>)             a thread is its own session
+    agent:<a>:cron:<job>[:run:<run>], …:subagent:…, …:hook:<uuid>   other sources
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Literal, Protocol, get_args
+
+DmScope = Literal["main", "per-peer", "per-channel-peer", "per-account-channel-peer"]
+DM_SCOPES: tuple[DmScope, ...] = get_args(DmScope)
+DEFAULT_ACCOUNT_ID = "default"
+
+_AGENT_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+_PEER_KINDS = frozenset({"direct", "dm", "group", "channel"})
+_DIRECT_KINDS = frozenset({"direct", "dm"})
+_SUFFIX_MARKERS = frozenset({"thread", "topic"})
+# First segments that name a source, not a channel: their keys have no peer structure.
+_SOURCES = frozenset({"main", "cron", "subagent", "hook", "acp", "agent"})
+
+
+class RouteLike(Protocol):
+    """A chat's identity as a channel reports it (schemas.Route satisfies this)."""
+
+    @property
+    def channel(self) -> str: ...
+    @property
+    def account_id(self) -> str | None: ...
+    @property
+    def peer_kind(self) -> str: ...
+    @property
+    def peer_id(self) -> str: ...
+    @property
+    def thread_id(self) -> str | None: ...
+
+
+def canonical_session_key(raw: str, agent_id: str) -> str:
+    """The canonical form of `raw`, a key the sending agent `agent_id` computed.
+
+    Raises ValueError when `raw` is an `agent:` key whose agent segment is not an agent id
+    (the key names no agent, so no session can be chosen for it).
+    """
+    return _canonical(raw, agent_id)
+
+
+@lru_cache(maxsize=1 << 14)
+def _canonical(raw: str, agent_id: str) -> str:
+    # Pure and called for every record with a handful of distinct keys: worth caching.
+    # Whitespace around a segment is never part of an id: trim the key and every segment.
+    parts = [p.strip() for p in raw.split(":")]
+    if len(parts) >= 2 and parts[0].lower() == "agent":
+        agent = parts[1].lower()
+        if not _AGENT_ID.fullmatch(agent):
+            raise ValueError(f"malformed agent key: {parts[1]!r} is not an agent id")
+        rest = parts[2:]
+    else:
+        agent, rest = agent_id, parts
+    if not rest or (len(rest) == 1 and rest[0].lower() in ("", "main")):
+        return f"agent:{agent}:main"
+    return f"agent:{agent}:{_canonical_rest(rest)}"
+
+
+def _canonical_rest(rest: list[str]) -> str:
+    """Lowercase everything but a case-preserving peer id; `dm` -> `direct`; Telegram topics."""
+    lower = [p.lower() for p in rest]
+    kind_at = _peer_kind_index(lower)
+    if kind_at is None:
+        return ":".join(lower)
+    channel = lower[0] if kind_at > 0 else ""
+    kind = "direct" if lower[kind_at] == "dm" else lower[kind_at]
+    # The peer id runs from after the kind up to the last thread/topic marker (a Matrix
+    # room id `!Room:server.org[:port]` contains colons, so it can be several segments).
+    suffix_at = len(rest)
+    for j in range(len(rest) - 2, kind_at + 1, -1):
+        if lower[j] in _SUFFIX_MARKERS:
+            suffix_at = j
+            break
+    peer = ":".join(rest[kind_at + 1 : suffix_at])
+    if not _preserves_case(channel, kind, peer):
+        peer = peer.lower()
+    out = lower[:kind_at] + [kind, peer]
+    if suffix_at < len(rest):
+        marker = "topic" if channel == "telegram" else lower[suffix_at]
+        out += [marker, ":".join(lower[suffix_at + 1 :])]
+    return ":".join(out)
+
+
+def _peer_kind_index(lower: list[str]) -> int | None:
+    """Where the peer-kind segment is: `direct:…`, `<ch>:<kind>:…`, `<ch>:<acct>:direct:…`."""
+    n = len(lower)
+    if n >= 2 and lower[0] in _DIRECT_KINDS:
+        return 0
+    if lower[0] in _SOURCES:
+        return None
+    if n >= 3 and lower[1] in _PEER_KINDS:
+        return 1
+    if n >= 4 and lower[2] in _DIRECT_KINDS:
+        return 2
+    return None
+
+
+def _preserves_case(channel: str, kind: str, peer: str) -> bool:
+    """Signal group ids and Matrix room ids are opaque and case-sensitive."""
+    if channel == "signal":
+        return kind == "group"
+    if channel == "matrix":
+        return peer.startswith("!")
+    return False
+
+
+def session_key_for_route(agent_id: str, route: RouteLike, dm_scope: DmScope) -> str:
+    """The canonical key of the chat `route` names, for `agent_id` with DM scope `dm_scope`.
+
+    Build keys from the identity inbound messages carry (the Slack user id, the X
+    conversation id, the chat type the inbound side sees), never from a send target.
+    """
+    if dm_scope not in DM_SCOPES:
+        raise ValueError(f"unknown DM scope {dm_scope!r}; expected one of {', '.join(DM_SCOPES)}")
+    channel = route.channel.strip().lower()
+    peer = route.peer_id.strip()
+    if route.peer_kind == "direct":
+        if dm_scope == "main":
+            base = "main"
+        elif dm_scope == "per-peer":
+            base = f"direct:{peer}"
+        elif dm_scope == "per-channel-peer":
+            base = f"{channel}:direct:{peer}"
+        else:
+            account = (route.account_id or "").strip().lower() or DEFAULT_ACCOUNT_ID
+            base = f"{channel}:{account}:direct:{peer}"
+    else:
+        base = f"{channel}:{route.peer_kind}:{peer}"
+    thread = (route.thread_id or "").strip()
+    if thread:
+        base += f":{'topic' if channel == 'telegram' else 'thread'}:{thread}"
+    return canonical_session_key(f"agent:{agent_id}:{base}", agent_id)
+
+
+__all__ = [
+    "DEFAULT_ACCOUNT_ID",
+    "DM_SCOPES",
+    "DmScope",
+    "RouteLike",
+    "canonical_session_key",
+    "session_key_for_route",
+]
