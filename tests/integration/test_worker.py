@@ -1,0 +1,207 @@
+"""The worker on the real broker: every rule end to end, re-keying, dead letters, restarts,
+and two workers in one group."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from tests.integration.harness import (
+    Collector,
+    WorkerProcess,
+    replay_entries,
+    without_written_at,
+)
+from workers.kafka_io import publish
+from workers.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
+from workers.scenario import steps
+from workers.settings import kafka_settings
+from workers.synthetic import generate
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture
+def ks(env, topics):
+    return kafka_settings(env)
+
+
+@pytest.fixture
+def worker(env, topics, tmp_path):
+    """A factory of worker processes sharing this test's topics; all are stopped at the end."""
+    made: list[WorkerProcess] = []
+
+    def make(name: str = "w1") -> WorkerProcess:
+        w = WorkerProcess(env, tmp_path / f"state-{name}", tmp_path / f"{name}.log")
+        made.append(w)
+        return w.start()
+
+    yield make
+    for w in made:
+        if w.alive():
+            w.kill()
+
+
+def collector(ks, topic):
+    return Collector(ks, ks.topic(topic))
+
+
+def test_every_rule_end_to_end_equals_replay(ks, env, worker):
+    scenario = steps("e2e1", datetime(2026, 5, 1, 12, 0, tzinfo=UTC))
+    publish(ks, ks.topic(CONFIRMATIONS), [(s.key, s.value) for s in scenario], 8)
+    w = worker()
+    entries, diags, dlq = (collector(ks, t) for t in (ENTRIES, DIAGNOSTICS, DLQ))
+    n_written = sum(s.expect == "written" for s in scenario)
+    entries.wait_for(lambda r: len(r) >= n_written, 90, w)
+    dlq.wait_for(lambda r: len(r) >= 2, 30, w)
+    diags.wait_for(lambda r: len(r) >= 5, 30, w)
+
+    got = sorted(entries.values(), key=lambda e: (e["session_key"], e["seq"]))
+    expected = sorted(replay_entries([s.value for s in scenario], env),
+                      key=lambda e: (e["session_key"], e["seq"]))
+    assert without_written_at(got) == without_written_at(expected)
+    assert len(got) == n_written
+
+    dm = "agent:ops:telegram:direct:ue2e1"
+    by_session = {}
+    for e in got:
+        by_session.setdefault(e["session_key"], []).append(e)
+    assert [e["seq"] for e in by_session[dm]] == list(range(1, len(by_session[dm]) + 1))
+    assert [e["epoch"] for e in by_session[dm]] == [0, 0, 0, 1, 1, 1]
+    assert by_session[dm][0]["posted_by"] == {
+        "kind": "job", "id": "job-e2e1", "name": "daily report", "run_id": "r1"}
+    media_entry = next(e for e in got if e["media"])
+    assert media_entry["media"] == [{"kind": "image", "name": "chart.png"}]
+    assert "token" not in json.dumps(got)
+
+    codes = sorted((d["level"], d["code"]) for d in diags.values())
+    assert codes == [
+        ("error", "conflicting_duplicate"),
+        ("info", "session_key_mismatch"),
+        ("warn", "destination_bound_to_other_agent"),
+        ("warn", "in_chat_job_delivered_elsewhere"),
+        ("warn", "native_only_payload"),
+    ]
+    reasons = [dict(r.headers)["error"].decode() for r in dlq.records]
+    assert reasons[0].startswith("not JSON")
+    assert "confirmed_at: field required" in reasons[1]
+    for r in dlq.records:
+        h = dict(r.headers)
+        assert h["source.topic"].decode() == ks.topic(CONFIRMATIONS)
+        assert int(h["source.partition"]) >= 0 and int(h["source.offset"]) >= 0
+    assert w.stop() == 0
+
+
+def _confirmations_for(session_key: str, n: int, key: bytes) -> list[tuple[bytes, bytes]]:
+    out = []
+    for i in range(n):
+        out.append((key, json.dumps({
+            "schema": "delivery-confirmation/1", "send_id": f"send-{i}",
+            "confirmed_at": f"2026-05-01T12:00:{i:02d}+00:00", "agent_id": "ops",
+            "session_key": key.decode(), "route": {"channel": "telegram",
+                                                   "peer_kind": "direct", "peer_id": "u7"},
+            "origin": {"kind": "message_tool"}, "payload": {"text": f"message {i}"},
+            "receipt": {"platform_message_ids": [str(i)]},
+        }).encode()))
+    return out
+
+
+def test_non_canonical_key_lands_in_its_canonical_session_in_order(ks, worker):
+    legacy = b"  AGENT:OPS:Telegram:DM:U7 "
+    publish(ks, ks.topic(CONFIRMATIONS), _confirmations_for("x", 30, legacy))
+    w = worker()
+    entries = collector(ks, ENTRIES)
+    entries.wait_for(lambda r: len(r) >= 30, 90, w)
+    values = entries.values()
+    assert {e["session_key"] for e in values} == {"agent:ops:telegram:direct:u7"}
+    assert [e["send_id"] for e in values] == [f"send-{i}" for i in range(30)]
+    assert [e["seq"] for e in values] == list(range(1, 31))
+    assert {r.key.decode().split("#")[0] for r in entries.records} == {
+        "agent:ops:telegram:direct:u7"}
+    assert w.stop() == 0
+
+
+def test_invalid_records_are_dead_lettered_and_neighbours_written(ks, worker):
+    key = b"agent:ops:telegram:direct:u8"
+    good = _confirmations_for("x", 4, key)
+    mixed = [good[0], (key, b"\xff\xfe not json"), good[1],
+             (key, b'{"schema": "delivery-confirmation/1"}'), good[2],
+             (key, b'{"schema": "nope/1", "session_key": "x"}'), good[3]]
+    publish(ks, ks.topic(CONFIRMATIONS), mixed, 8)
+    w = worker()
+    entries, dlq = collector(ks, ENTRIES), collector(ks, DLQ)
+    entries.wait_for(lambda r: len(r) >= 4, 90, w)
+    dlq.wait_for(lambda r: len(r) >= 3, 30, w)
+    assert [e["send_id"] for e in entries.values()] == [f"send-{i}" for i in range(4)]
+    assert [r.value for r in dlq.records] == [mixed[1][1], mixed[3][1], mixed[5][1]]
+    errors = [dict(r.headers)["error"].decode() for r in dlq.records]
+    assert errors[0].startswith("not JSON")
+    assert "send_id: field required" in errors[1]
+    assert errors[2].startswith("unknown schema")
+    offsets = [int(dict(r.headers)["source.offset"]) for r in dlq.records]
+    assert offsets == [1, 3, 5]
+    assert w.stop() == 0
+
+
+def test_restarted_worker_resumes_with_its_state(ks, env, worker):
+    records = list(generate(3000, sessions_n=50, seed=7))
+    first, second = records[:1500], records[1500:]
+    retries = first[:200]  # connector retries of records the first run already wrote
+    publish(ks, ks.topic(CONFIRMATIONS), first)
+    expected = replay_entries([v for _, v in records + retries], env)
+    expected_first = replay_entries([v for _, v in first], env)
+
+    entries = collector(ks, ENTRIES)
+    w = worker()
+    entries.wait_for(lambda r: len(r) >= len(expected_first), 120, w)
+    assert w.stop() == 0
+
+    publish(ks, ks.topic(CONFIRMATIONS), second + retries)
+    w2 = worker()
+    entries.wait_for(lambda r: len(r) >= len(expected), 120, w2)
+    got = entries.values()
+    keys = [r.key for r in entries.records]
+    assert len(keys) == len(set(keys)), "an entry key was written twice"
+    by_session: dict[str, list[int]] = {}
+    for e in got:
+        by_session.setdefault(e["session_key"], []).append(e["seq"])
+    for seqs in by_session.values():
+        assert sorted(seqs) == list(range(1, len(seqs) + 1))
+    assert sorted(e["send_id"] for e in got) == sorted(e["send_id"] for e in expected)
+    assert w2.stop() == 0
+
+
+def test_two_workers_split_partitions_and_write_what_one_would(ks, env, worker, kafka_bootstrap):
+    from kafka.admin import KafkaAdminClient
+
+    # canonical keys only, so that input order is each session's partition order (as in replay)
+    records = list(generate(4000, sessions_n=300, seed=11, legacy_rate=0.0))
+    w1, w2 = worker("a"), worker("b")
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    group = env["TRANSCRIPT_TOPIC_PREFIX"] + "transcript-owner"
+
+    def stable_members() -> int:
+        desc = admin.describe_groups([group])[group]
+        return len(desc["members"]) if desc["group_state"] == "Stable" else 0
+
+    deadline = time.monotonic() + 90
+    while stable_members() < 2:  # both have joined: the input will be split between them
+        assert time.monotonic() < deadline, w1.tail() + w2.tail()
+        assert w1.alive() and w2.alive()
+        time.sleep(0.2)
+    admin.close()
+
+    entries = collector(ks, ENTRIES)
+    publish(ks, ks.topic(CONFIRMATIONS), records)
+    expected = replay_entries([v for _, v in records], env)
+    entries.wait_for(lambda r: len(r) >= len(expected), 180, w1)
+    got = entries.values()
+    key = lambda e: (e["session_key"], e["seq"])  # noqa: E731
+    assert without_written_at(sorted(got, key=key)) == without_written_at(sorted(expected, key=key))
+    assert w1.stop() == 0 and w2.stop() == 0
+    for w in (w1, w2):  # each worker decided records of its own partitions
+        final = [ln for ln in w.log.read_text().splitlines() if "stopped; outcomes:" in ln]
+        assert final and "'written': " in final[-1], w.tail()

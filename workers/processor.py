@@ -1,0 +1,190 @@
+"""The worker's hot path: batches of input messages through `Owner.handle`, outputs, state, acks.
+
+For each batch, in this order (README, "Processing guarantee"):
+  1. decide every record (core), keeping session states in a cache;
+  2. send all outputs (entries, diagnostics, dead letters, re-keyed records) and await their acks;
+  3. write each changed session's state once: changelog first (awaited), then local RocksDB;
+  4. ack the input messages, so faust commits their offsets.
+A crash between 2 and 3 repeats entries (same key, same content); nothing is ever skipped.
+
+Rebalances: a batch is only started while flow control is active (faust's recovery is done) and
+its messages are tracked before the first await, so faust's revocation waits for the batch to be
+acked. Messages fetched under an older consumer generation are dropped unacked: faust seeks to
+the committed offset after the rebalance and they come again.
+
+Where each partition starts: in a new generation a partition must start at its committed offset
+(or the log start). faust 0.15 can deliver a partition's first messages of a generation *past*
+that point when records arrive while it finishes recovery (seen here: the first 13-25 records of
+each partition never delivered, and later acks would have committed past them). So the first
+message of each partition is checked against where it should start; if it is later, the consumer
+is sought back once and the partition is taken up from there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from faust.types import TP
+
+from workers.core import EMPTY_STATE, SessionState
+from workers.ingest import ChangelogEvent, ChangelogMessage, InboxTopic
+from workers.outputs import Source
+from workers.owner import Owner
+
+log = logging.getLogger("transcript_owner.processor")
+EXIT_FATAL = 70
+
+# the group's committed offsets for these partitions (None where nothing is committed)
+CommittedOffsets = Callable[[list[TP]], Awaitable[dict[TP, int | None]]]
+
+
+@dataclass
+class _Cursor:
+    """Where one partition stands in the current generation."""
+
+    start: int  # the committed offset, or the log start
+    next: int | None = None  # offset after the last admitted message
+    resync_below: int | None = None  # after a seek back: skip until an offset <= this arrives
+    sought: bool = False  # sought back once already (a control record may sit at `start`)
+
+
+class Processor:
+    def __init__(
+        self, app: Any, topic: InboxTopic, table: Any, owner: Owner,
+        topic_names: dict[str, str], committed: CommittedOffsets, *, max_batch: int = 2000,
+        linger_s: float = 0.005, cache_size: int = 200_000,
+    ) -> None:
+        self.committed = committed
+        self.app, self.topic, self.table, self.owner = app, topic, table, owner
+        self.topic_names = topic_names  # logical -> cluster name
+        self.max_batch, self.linger_s, self.cache_size = max_batch, linger_s, cache_size
+        self.source_name = topic.get_topic_name()
+        self._generation: int | None = None
+        self._cursors: dict[TP, _Cursor] = {}
+        self._cache: dict[str, SessionState] = {}
+
+    async def run(self) -> None:
+        try:
+            while not self.app.should_stop:
+                messages = await self.topic.inbox.take(self.max_batch, self.linger_s)
+                live = await self._admit(messages)
+                if live:
+                    await self._process(live)
+                    consumer = self.app.consumer
+                    for m in live:
+                        m.ack(consumer)
+        except asyncio.CancelledError:
+            log.info("stopped; outcomes: %s", dict(sorted(self.owner.counts.items())))
+            raise
+        except Exception:
+            log.exception("fatal: the batch could not be processed; exiting before its offsets "
+                          "are committed")
+            logging.shutdown()
+            os._exit(EXIT_FATAL)
+
+    async def _admit(self, messages: list) -> list:
+        """The messages this worker may process now, tracked so that a rebalance waits for them."""
+        app = self.app
+        while True:
+            while not app.flow_control.is_active():
+                await app.flow_control.acquire()
+            if app.should_stop:
+                return []
+            generation = app.consumer_generation_id
+            if generation == self._generation:
+                break
+            cursors = await self._starts()
+            if app.consumer_generation_id == generation and app.flow_control.is_active():
+                self._generation, self._cursors = generation, cursors
+                self._cache.clear()  # another worker may have owned these sessions meanwhile
+        # No await from here to track_message: a revocation cannot start in between.
+        consumer = app.consumer
+        live, seeks = [], {}
+        for m in messages:
+            if m.generation_id != generation:
+                continue  # fetched before the rebalance: it will be fetched again
+            cursor = self._cursors.get(m.tp)
+            if cursor is None:
+                continue
+            if cursor.resync_below is not None:
+                if m.offset > cursor.resync_below:
+                    continue  # fetched before our seek back; it comes again in order
+                cursor.resync_below = None
+            if cursor.next is None:
+                if m.offset > cursor.start and not cursor.sought:
+                    log.warning("partition %s of %s started at offset %s, not %s: seeking back",
+                                m.tp.partition, m.tp.topic, m.offset, cursor.start)
+                    seeks[m.tp] = cursor.start
+                    cursor.resync_below = m.offset
+                    continue
+                cursor.next = cursor.start
+            if m.offset < cursor.next:
+                continue  # committed already, or fetched twice around a seek
+            cursor.next = m.offset + 1
+            consumer.track_message(m)
+            live.append(m)
+        for tp, offset in seeks.items():
+            self._cursors[tp].sought = True
+            await consumer.seek(tp, offset)
+        return live
+
+    async def _starts(self) -> dict[TP, _Cursor]:
+        """Where each assigned input partition must start in this generation."""
+        tps = [tp for tp in self.app.consumer.assignment() if tp.topic == self.source_name]
+        if not tps:
+            return {}
+        committed = await self.committed(tps)
+        earliest = await self.app.consumer.earliest_offsets(*tps)
+        return {
+            tp: _Cursor(start=c if (c := committed.get(tp)) is not None and c >= 0
+                        else earliest.get(tp, 0))
+            for tp in tps
+        }
+
+    def _load(self, key: str) -> SessionState:
+        state = self._cache.get(key)
+        if state is None:
+            raw = self.table.data.get(key.encode())
+            state = EMPTY_STATE if raw is None else SessionState.from_bytes(raw)
+        return state
+
+    async def _process(self, messages: list) -> None:
+        handle: Callable = self.owner.handle
+        cache = self._cache
+        sends = []
+        changed: dict[str, tuple[int, SessionState]] = {}
+        for m in messages:
+            step = handle(Source(self.source_name, m.partition, m.offset, m.key, m.value),
+                          self._load)
+            sends.extend(step.sends)
+            if step.new_state is not None:
+                cache[step.session_key] = step.new_state
+                changed[step.session_key] = (m.partition, step.new_state)
+
+        producer = self.app.producer
+        names = self.topic_names
+        pending = [
+            await producer.send(names[o.topic], o.key, o.value, o.partition, None,
+                                list(o.headers) or None)
+            for o in sends
+        ]
+        await asyncio.gather(*pending)
+
+        if changed:
+            changelog = self.table.changelog_topic_name
+            writes = [(key.encode(), state.to_bytes(), partition)
+                      for key, (partition, state) in changed.items()]
+            pending = [await producer.send(changelog, k, v, p, None, None) for k, v, p in writes]
+            metas = await asyncio.gather(*pending)
+            self.table.apply_changelog_batch([
+                ChangelogEvent(ChangelogMessage(TP(md.topic, md.partition), md.offset, k, v))
+                for (k, v, _), md in zip(writes, metas, strict=True)
+            ])
+        if len(cache) > self.cache_size:
+            for key in list(cache)[: len(cache) // 2]:
+                del cache[key]

@@ -1,0 +1,135 @@
+"""`transcript-owner worker`: the faust app, wiring the input, the state table and the processor.
+
+faust does what it is good at: group membership and partition assignment, the session table
+on RocksDB with its changelog and recovery, lifecycle and signals. The per-record work is the
+batch path of `workers.processor` (see `workers.ingest` for why not faust's Stream).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import ssl
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from workers.ingest import inbox_topic
+from workers.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
+from workers.owner import Owner
+from workers.processor import Processor
+from workers.settings import (
+    KafkaSettings,
+    SettingsError,
+    WorkerSettings,
+    kafka_settings,
+    worker_settings,
+)
+
+log = logging.getLogger("transcript_owner.worker")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = "Configured by the environment; see README, 'Configuration'."
+
+
+def credentials(ks: KafkaSettings):
+    import faust
+
+    context = None
+    if ks.security_protocol.endswith("SSL"):
+        context = ssl.create_default_context(cafile=ks.ssl_cafile)
+        if ks.ssl_certfile:
+            context.load_cert_chain(ks.ssl_certfile, ks.ssl_keyfile)
+    if ks.security_protocol.startswith("SASL"):
+        return faust.SASLCredentials(
+            username=ks.sasl_username,
+            password=ks.sasl_password.get_secret_value() if ks.sasl_password else None,
+            mechanism=ks.sasl_mechanism or "PLAIN",
+            ssl_context=context,
+        )
+    return faust.SSLCredentials(context) if context else None
+
+
+def committed_offsets(ks: KafkaSettings, group: str):  # noqa: ANN201
+    """The group's committed offsets, asked of the cluster (once per rebalance, off the loop)."""
+    from kafka.admin import KafkaAdminClient
+
+    admin: list[KafkaAdminClient] = []
+
+    def ask(tps: list) -> dict:
+        if not admin:
+            admin.append(KafkaAdminClient(**ks.kafka_python_kwargs(),
+                                          client_id=f"{group}-offsets"))
+        found = admin[0].list_group_offsets(group).get(group, {})
+        return {tp: (o.offset if (o := found.get((tp.topic, tp.partition))) else None)
+                for tp in tps}
+
+    async def committed(tps: list) -> dict:
+        return await asyncio.get_running_loop().run_in_executor(None, ask, tps)
+
+    return committed
+
+
+def build_app(ks: KafkaSettings, ws: WorkerSettings):
+    import faust
+
+    app = faust.App(
+        ks.topic_prefix + ws.app_id,
+        broker=";".join(f"kafka://{h.strip()}" for h in ks.bootstrap.split(",")),
+        broker_credentials=credentials(ks),
+        store="rocksdb://",
+        datadir=Path(ws.state_dir),
+        topic_partitions=ws.partitions,
+        topic_replication_factor=ks.replication_factor or 1,
+        consumer_auto_offset_reset="earliest",
+        broker_session_timeout=ws.session_timeout_s,
+        broker_heartbeat_interval=max(1.0, ws.session_timeout_s / 4),
+        web_enabled=ws.web_port is not None,
+        web_port=ws.web_port or 6066,
+        web_host="127.0.0.1",
+        producer_acks=-1,
+        producer_max_request_size=4 * 1024 * 1024,
+        consumer_max_fetch_size=4 * 1024 * 1024,
+    )
+
+    sessions = app.Table("sessions", default=None, partitions=ws.partitions,
+                         key_type=bytes, value_type=bytes)
+    # faust derives a table's codecs from its types (json for bytes); SessionState has its own
+    # byte form, so store it as is. Read by the store and changelog when first used.
+    sessions.key_serializer = sessions.value_serializer = "raw"
+    owner = Owner(
+        partitions=ws.partitions,
+        dedupe_window=timedelta(days=ws.dedupe_window_days),
+        clock=lambda: datetime.now(UTC),
+    )
+    processor = Processor(
+        app, inbox_topic(app, ks.topic(CONFIRMATIONS), maxsize=4 * ws.max_batch), sessions,
+        owner, {name: ks.topic(name) for name in (CONFIRMATIONS, ENTRIES, DIAGNOSTICS, DLQ)},
+        committed_offsets(ks, app.conf.id), max_batch=ws.max_batch, linger_s=ws.linger_ms / 1000,
+    )
+    app.task(processor.run)
+
+    @app.timer(interval=10.0)
+    async def report() -> None:
+        if owner.counts:
+            log.info("outcomes so far: %s", dict(sorted(owner.counts.items())))
+
+    return app
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        ks, ws = kafka_settings(), worker_settings()
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from faust import Worker
+
+    app = build_app(ks, ws)
+    Path(ws.state_dir).mkdir(parents=True, exist_ok=True)
+    log.info("starting %s on %s (prefix %r)", app.conf.id, ks.bootstrap, ks.topic_prefix)
+    worker = Worker(app, loglevel=ws.log_level, quiet=True, redirect_stdouts=False)
+    worker.execute_from_commandline()  # returns through sys.exit with the worker's exit code
+    return 0
