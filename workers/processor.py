@@ -128,9 +128,12 @@ class Processor:
             cursor.next = m.offset + 1
             consumer.track_message(m)
             live.append(m)
-        for tp, offset in seeks.items():
-            self._cursors[tp].sought = True
-            await consumer.seek(tp, offset)
+        if seeks:
+            for tp in seeks:
+                self._cursors[tp].sought = True
+            # seek_wait runs the seek on the consumer's own thread (faust's Consumer.seek
+            # does not, and a seek from this thread stalled all fetching in a test here)
+            await consumer.seek_wait(seeks)
         return live
 
     async def _starts(self) -> dict[TP, _Cursor]:

@@ -98,3 +98,32 @@ def replay_entries(lines: list[bytes], env: dict[str, str]) -> list[dict]:
 
 def without_written_at(entries: list[dict]) -> list[dict]:
     return [{k: v for k, v in e.items() if k != "written_at"} for e in entries]
+
+
+def group_lag(bootstrap: str, group: str, topic: str) -> int:
+    """Records of `topic` the group has not committed yet (all of them if it committed none)."""
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+        ends = consumer.end_offsets(tps)
+        offsets = admin.list_group_offsets(group).get(group, {})
+        return sum(ends[tp] - (offsets[tp].offset if tp in offsets else 0) for tp in tps)
+    finally:
+        admin.close()
+        consumer.close()
+
+
+def wait_drained(bootstrap: str, group: str, topic: str, timeout: float,
+                 workers: list[WorkerProcess]) -> None:
+    """Until the group has committed every input record (re-keyed copies included)."""
+    deadline = time.monotonic() + timeout
+    while group_lag(bootstrap, group, topic) > 0:
+        for w in workers:
+            if not w.alive():
+                raise AssertionError(f"worker exited ({w.proc.returncode}):\n{w.tail()}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"input not drained in {timeout}s:\n{workers[0].tail()}")
+        time.sleep(0.5)  # poll interval of an external observer

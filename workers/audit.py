@@ -1,0 +1,239 @@
+"""`transcript-owner audit`: replay the input topic through the same code as the worker and
+compare with what is in `transcript.entries`, `transcript.diagnostics` and the dead-letter topic.
+
+Per input partition, in offset order, every record goes through `Owner.handle` — the worker's
+own routing and decision — with session state in a dict. What that says the worker should have
+written is compared with what the topics hold:
+  missing     an expected entry key is absent (never written, or tombstoned)
+  unexpected  an entry key the rules never produce
+  differing   same key, different content (written_at aside)
+  rewritten   one key written twice with different contents
+  order       a session's entries out of seq order or with a gap, in its partition
+  diagnostics / dead letters that differ from the expected ones
+Repeats (one key written more than once with identical content, or one diagnostic twice, which
+a crash between the outputs' write and the state's write can cause) are counted, not failures;
+`--strict` fails entry repeats.
+
+Memory: per partition, a digest per entry key and the session states: bounded by one
+partition's entries and sessions, not by the length of the topic.
+Exit 0 clean, 1 discrepancies, 2 cannot run. Run it when the worker has caught up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from workers.core import SessionState
+from workers.loadgen import Progress
+from workers.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES, Source
+from workers.owner import Owner
+from workers.settings import KafkaSettings, SettingsError, kafka_settings, worker_settings
+
+KINDS = ("missing", "unexpected", "differing", "rewritten", "order",
+         "diagnostics_missing", "diagnostics_unexpected", "dead_letters_missing",
+         "dead_letters_unexpected")
+EXAMPLES = 20  # findings listed per kind in the report
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--strict", action="store_true",
+                        help="also fail on repeated entries (same key, same content)")
+    parser.add_argument("--since", type=datetime.fromisoformat, default=None, metavar="TIME",
+                        help="compare only entries delivered at or after TIME (RFC 3339); "
+                             "the replay still starts at the beginning, for session state")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
+
+
+@dataclass
+class Report:
+    partitions: int = 0
+    input_records: int = 0
+    expected_entries: int = 0
+    actual_entries: int = 0
+    repeats: int = 0
+    diagnostic_repeats: int = 0
+    outcomes: Counter = field(default_factory=Counter)
+    counts: Counter = field(default_factory=Counter)
+    examples: dict[str, list[str]] = field(default_factory=dict)
+
+    def find(self, kind: str, what: str) -> None:
+        self.counts[kind] += 1
+        found = self.examples.setdefault(kind, [])
+        if len(found) < EXAMPLES:
+            found.append(what)
+
+    def clean(self, strict: bool) -> bool:
+        return not sum(self.counts.values()) and not (strict and self.repeats)
+
+    def as_json(self) -> dict:
+        return {
+            "partitions": self.partitions, "input_records": self.input_records,
+            "expected_entries": self.expected_entries, "actual_entries": self.actual_entries,
+            "repeats": self.repeats, "diagnostic_repeats": self.diagnostic_repeats,
+            "outcomes": dict(sorted(self.outcomes.items())),
+            "discrepancies": {k: self.counts.get(k, 0) for k in KINDS},
+            "examples": self.examples,
+        }
+
+
+def _digest(entry: dict) -> bytes:
+    body = {k: v for k, v in entry.items() if k != "written_at"}
+    return hashlib.blake2b(json.dumps(body, sort_keys=True).encode(), digest_size=16).digest()
+
+
+def _diag_id(value: bytes) -> str:
+    d = json.loads(value)
+    return json.dumps([d["session_key"], d["code"], d["level"], d["send_id"], d["at"]])
+
+
+def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Report,
+                    since: datetime | None, bar: Progress) -> set[tuple[int, int]]:
+    """Compare one partition; return the (partition, offset) pairs that must be dead letters."""
+    from workers.kafka_io import read
+
+    states: dict[str, SessionState] = {}
+    expected: dict[bytes, tuple[bytes, datetime]] = {}
+    diags: Counter = Counter()
+    dead: set[tuple[int, int]] = set()
+    source_topic = ks.topic(CONFIRMATIONS)
+
+    def load(key: str) -> SessionState:
+        return states.get(key) or SessionState()
+
+    for r in read(ks, source_topic, partitions=[partition]):
+        report.input_records += 1
+        bar.update(report.input_records)
+        step = owner.handle(Source(source_topic, partition, r.offset, r.key, r.value or b""), load)
+        report.outcomes[step.outcome] += 1
+        if step.new_state is not None:
+            states[step.session_key] = step.new_state
+        for out in step.sends:
+            if out.topic == ENTRIES:
+                entry = json.loads(out.value)
+                expected[out.key] = (_digest(entry), datetime.fromisoformat(entry["delivered_at"]))
+            elif out.topic == DIAGNOSTICS:
+                diags[_diag_id(out.value)] += 1
+            elif out.topic == DLQ:
+                dead.add((partition, r.offset))
+    if since is not None:
+        expected = {k: v for k, v in expected.items() if v[1] >= since}
+    report.expected_entries += len(expected)
+
+    seen: dict[bytes, bytes | None] = {}
+    last_seq: dict[str, int] = {}
+    for r in read(ks, ks.topic(ENTRIES), partitions=[partition]):
+        key = r.key
+        if r.value is None:  # tombstone: the entry is gone
+            seen[key] = None
+            continue
+        entry = json.loads(r.value)
+        if since is not None and datetime.fromisoformat(entry["delivered_at"]) < since:
+            continue
+        report.actual_entries += 1
+        digest = _digest(entry)
+        if key in seen and seen[key] is not None:
+            if seen[key] == digest:
+                report.repeats += 1
+            else:
+                report.find("rewritten", key.decode())
+            continue
+        seen[key] = digest
+        session, seq = entry["session_key"], entry["seq"]
+        if seq != last_seq.get(session, 0) + 1 and since is None:
+            report.find("order", f"{session}: seq {seq} after {last_seq.get(session, 0)}")
+        last_seq[session] = max(seq, last_seq.get(session, 0))
+    for key, (digest, _) in expected.items():
+        got = seen.get(key)
+        if got is None:
+            report.find("missing", key.decode())
+        elif got != digest:
+            report.find("differing", key.decode())
+    for key, digest in seen.items():
+        if digest is not None and key not in expected:
+            report.find("unexpected", key.decode())
+
+    actual_diags: Counter = Counter(
+        _diag_id(r.value) for r in read(ks, ks.topic(DIAGNOSTICS), partitions=[partition])
+        if r.value is not None
+    )
+    # a diagnostic is one decision's: the same one twice is a repeat, as for entries
+    report.diagnostic_repeats += sum(actual_diags.values()) - len(actual_diags)
+    for d in sorted(set(diags) - set(actual_diags)):
+        report.find("diagnostics_missing", d)
+    for d in sorted(set(actual_diags) - set(diags)):
+        report.find("diagnostics_unexpected", d)
+    return dead
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        ks, ws = kafka_settings(), worker_settings()
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    from kafka.errors import KafkaError
+
+    from workers.kafka_io import read
+
+    since = args.since
+    if since is not None and since.tzinfo is None:
+        print("error: --since needs a UTC offset", file=sys.stderr)
+        return 2
+    owner = Owner(partitions=ws.partitions, dedupe_window=timedelta(days=ws.dedupe_window_days),
+                  clock=lambda: datetime.now(UTC))
+    report = Report()
+    bar = Progress(0, sys.stderr.isatty() if args.progress is None else args.progress)
+    try:
+        from workers.kafka_io import end_offsets
+
+        ends = end_offsets(ks, ks.topic(CONFIRMATIONS))
+        if not ends:
+            print(f"error: topic {ks.topic(CONFIRMATIONS)} not found", file=sys.stderr)
+            return 2
+        bar.total = sum(ends.values())
+        dead: set[tuple[int, int]] = set()
+        for p in sorted(ends):
+            report.partitions += 1
+            dead |= audit_partition(ks, owner, p, report, since, bar)
+        actual_dead = set()
+        for r in read(ks, ks.topic(DLQ)):
+            h = dict(r.headers or [])
+            if h.get("source.topic", b"").decode() == ks.topic(CONFIRMATIONS):
+                actual_dead.add((int(h["source.partition"]), int(h["source.offset"])))
+        for p, o in sorted(dead - actual_dead):
+            report.find("dead_letters_missing", f"partition {p} offset {o}")
+        for p, o in sorted(actual_dead - dead):
+            report.find("dead_letters_unexpected", f"partition {p} offset {o}")
+    except KafkaError as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    bar.update(bar.total, force=True)
+    clean = report.clean(args.strict)
+    if args.json:
+        print(json.dumps({"clean": clean, **report.as_json()}, indent=2))
+    else:
+        print(render(report, clean))
+    return 0 if clean else 1
+
+
+def render(report: Report, clean: bool) -> str:
+    lines = [
+        f"audit: {report.input_records} input records in {report.partitions} partitions; "
+        f"{report.expected_entries} entries expected, {report.actual_entries} read "
+        f"({report.repeats} repeats; {report.diagnostic_repeats} repeated diagnostics)",
+        "outcomes: " + ", ".join(f"{k} {v}" for k, v in sorted(report.outcomes.items())),
+    ]
+    for kind in KINDS:
+        n = report.counts.get(kind, 0)
+        if n:
+            lines.append(f"{kind}: {n}")
+            lines.extend(f"  {x}" for x in report.examples.get(kind, []))
+    lines.append("clean" if clean else "DISCREPANCIES FOUND")
+    return "\n".join(lines)
