@@ -3,6 +3,7 @@
 Shells and the core import records from here; nothing else defines a record's shape.
 """
 
+from schemas.jobs import JobDelivery, ScheduledJob, job_problems
 from schemas.parse import MAX_RECORD_BYTES, Invalid, describe_errors, parse_input
 from schemas.records import (
     AGENT_ID_PATTERN,
@@ -41,6 +42,7 @@ __all__ = [
     "InputRecord",
     "Invalid",
     "Job",
+    "JobDelivery",
     "JobMode",
     "Media",
     "MediaRef",
@@ -54,10 +56,12 @@ __all__ = [
     "Receipt",
     "Record",
     "Route",
+    "ScheduledJob",
     "SessionReset",
     "Subagent",
     "TranscriptEntry",
     "Turn",
     "describe_errors",
+    "job_problems",
     "parse_input",
 ]
