@@ -1,0 +1,558 @@
+"""Provider replay: the hard cases of owner entries, per provider family, and the CLI.
+
+Owner entries land after the chat's last assistant reply (adjacent assistant messages), at
+the start of a history, or between a tool call and its result. Each case is rendered for
+every family and compared, in a compact form, with what that family's API accepts.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from schemas import PostedBy
+from workers.core.provider_replay import (
+    CONTINUES,
+    FAMILIES,
+    RESET_NOTE,
+    HistoryLine,
+    InvalidHistory,
+    ToolCall,
+    attribution,
+    problems,
+    render,
+    resolve_epochs,
+)
+from workers.render import read_history
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path(__file__).resolve().parent / "data" / "render"
+
+JOB = '[posted by job "daily report" (id job-1)]\n'
+SUB = '[posted by subagent "research" (id researcher, run run-7)]\n'
+
+
+# --- builders -----------------------------------------------------------------------------
+
+
+def user(text: str, epoch: int | None = None) -> HistoryLine:
+    return HistoryLine(role="user", text=text, epoch=epoch)
+
+
+def reply(text: str, epoch: int | None = None) -> HistoryLine:
+    return HistoryLine(role="assistant", text=text, epoch=epoch)
+
+
+def job_result(text: str, epoch: int | None = None) -> HistoryLine:
+    poster = PostedBy(kind="job", id="job-1", name="daily report", run_id="run-1")
+    return HistoryLine(role="assistant", text=text, posted_by=poster, epoch=epoch)
+
+
+def sub_result(text: str) -> HistoryLine:
+    poster = PostedBy(kind="subagent", id="researcher", name="research", run_id="run-7")
+    return HistoryLine(role="assistant", text=text, posted_by=poster)
+
+
+def agent_result(text: str) -> HistoryLine:
+    return HistoryLine(role="assistant", text=text, posted_by=PostedBy(kind="agent", id="ops"))
+
+
+def call(*ids: str, text: str = "") -> HistoryLine:
+    calls = tuple(ToolCall(id=i, name="search", arguments={"q": i}) for i in ids)
+    return HistoryLine(role="assistant", text=text, tool_calls=calls)
+
+
+def tool(call_id: str, text: str) -> HistoryLine:
+    return HistoryLine(role="tool", text=text, tool_call_id=call_id)
+
+
+# --- a compact view of each family's request: [(role, (piece, ...)), ...] ------------------
+
+
+def compact(family: str, request: dict[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
+    """Text pieces as they are, `call:ID` for a tool call, `result:ID:TEXT` for a result."""
+    if family == "gemini":
+        return [
+            (c["role"], tuple(_gemini_part(p) for p in c["parts"])) for c in request["contents"]
+        ]
+    out = []
+    for m in request["messages"]:
+        if family == "openai":
+            if m["role"] == "tool":
+                out.append(("tool", (f"result:{m['tool_call_id']}:{m['content']}",)))
+                continue
+            pieces = [m["content"]] if m["content"] is not None else []
+            pieces += [f"call:{c['id']}" for c in m.get("tool_calls", ())]
+            out.append((m["role"], tuple(pieces)))
+        elif family == "anthropic":
+            out.append((m["role"], tuple(_anthropic_block(b) for b in m["content"])))
+        else:
+            assert isinstance(m["content"], str)
+            out.append((m["role"], (m["content"],)))
+    return out
+
+
+def _gemini_part(part: dict[str, Any]) -> str:
+    if "functionCall" in part:
+        return f"call:{part['functionCall']['id']}"
+    if "functionResponse" in part:
+        r = part["functionResponse"]
+        return f"result:{r['id']}:{r['response']['output']}"
+    return part["text"]
+
+
+def _anthropic_block(block: dict[str, Any]) -> str:
+    if block["type"] == "tool_use":
+        return f"call:{block['id']}"
+    if block["type"] == "tool_result":
+        return f"result:{block['tool_use_id']}:{block.get('content', '')}"
+    return block["text"]
+
+
+def _strict_call(i: str) -> str:
+    return f'[tool call {i}: search {{"q": "{i}"}}]'
+
+
+def _strict_result(i: str, text: str) -> str:
+    return f"[tool result {i}: search]\n{text}"
+
+
+# --- the hard cases -----------------------------------------------------------------------
+
+RESULT_AFTER_REPLY = [user("u1"), reply("a1"), job_result("r1")]
+SEVERAL_RESULTS = [
+    user("u1"),
+    reply("a1"),
+    job_result("r1"),
+    sub_result("r2"),
+    agent_result("r3"),
+    user("u2"),
+]
+RESULT_BETWEEN_CALL_AND_RESULT = [
+    user("u1"),
+    call("c1", text="looking"),
+    job_result("r1"),
+    tool("c1", "found"),
+    reply("a2"),
+]
+RESULTS_BETWEEN_PARALLEL_CALLS = [
+    user("u1"),
+    call("c1", "c2"),
+    job_result("r1"),
+    tool("c2", "two"),
+    sub_result("r2"),
+    tool("c1", "one"),
+    reply("a2"),
+]
+STARTS_WITH_RESULT = [job_result("r1"), user("u1"), reply("a1")]
+RESET = [
+    user("u0", epoch=0),
+    reply("a0"),
+    job_result("r0", epoch=0),
+    job_result("r1", epoch=1),
+    user("u1"),
+    reply("a1"),
+]
+
+CASES: dict[str, tuple[list[HistoryLine], dict[str, list[tuple[str, tuple[str, ...]]]]]] = {
+    "result after an assistant reply": (
+        RESULT_AFTER_REPLY,
+        {
+            "openai": [("user", ("u1",)), ("assistant", ("a1",)), ("assistant", (JOB + "r1",))],
+            "anthropic": [("user", ("u1",)), ("assistant", ("a1", JOB + "r1"))],
+            "gemini": [("user", ("u1",)), ("model", ("a1", JOB + "r1"))],
+            "strict": [("user", ("u1",)), ("assistant", ("a1\n\n" + JOB + "r1",))],
+        },
+    ),
+    "several results in a row": (
+        SEVERAL_RESULTS,
+        {
+            "openai": [
+                ("user", ("u1",)),
+                ("assistant", ("a1",)),
+                ("assistant", (JOB + "r1",)),
+                ("assistant", (SUB + "r2",)),
+                ("assistant", ("r3",)),
+                ("user", ("u2",)),
+            ],
+            "anthropic": [
+                ("user", ("u1",)),
+                ("assistant", ("a1", JOB + "r1", SUB + "r2", "r3")),
+                ("user", ("u2",)),
+            ],
+            "gemini": [
+                ("user", ("u1",)),
+                ("model", ("a1", JOB + "r1", SUB + "r2", "r3")),
+                ("user", ("u2",)),
+            ],
+            "strict": [
+                ("user", ("u1",)),
+                ("assistant", ("\n\n".join(["a1", JOB + "r1", SUB + "r2", "r3"]),)),
+                ("user", ("u2",)),
+            ],
+        },
+    ),
+    "a result between a tool call and its result": (
+        RESULT_BETWEEN_CALL_AND_RESULT,
+        {
+            "openai": [
+                ("user", ("u1",)),
+                ("assistant", ("looking", "call:c1")),
+                ("tool", ("result:c1:found",)),
+                ("assistant", (JOB + "r1",)),
+                ("assistant", ("a2",)),
+            ],
+            "anthropic": [
+                ("user", ("u1",)),
+                ("assistant", ("looking", "call:c1")),
+                ("user", ("result:c1:found",)),
+                ("assistant", (JOB + "r1", "a2")),
+            ],
+            "gemini": [
+                ("user", ("u1",)),
+                ("model", ("looking", "call:c1")),
+                ("user", ("result:c1:found",)),
+                ("model", (JOB + "r1", "a2")),
+            ],
+            "strict": [
+                ("user", ("u1",)),
+                ("assistant", ("looking\n" + _strict_call("c1"),)),
+                ("user", (_strict_result("c1", "found"),)),
+                ("assistant", (JOB + "r1\n\na2",)),
+            ],
+        },
+    ),
+    "results between parallel calls and their results": (
+        RESULTS_BETWEEN_PARALLEL_CALLS,
+        {
+            "openai": [
+                ("user", ("u1",)),
+                ("assistant", ("call:c1", "call:c2")),
+                ("tool", ("result:c2:two",)),
+                ("tool", ("result:c1:one",)),
+                ("assistant", (JOB + "r1",)),
+                ("assistant", (SUB + "r2",)),
+                ("assistant", ("a2",)),
+            ],
+            "anthropic": [
+                ("user", ("u1",)),
+                ("assistant", ("call:c1", "call:c2")),
+                ("user", ("result:c2:two", "result:c1:one")),
+                ("assistant", (JOB + "r1", SUB + "r2", "a2")),
+            ],
+            "gemini": [
+                ("user", ("u1",)),
+                ("model", ("call:c1", "call:c2")),
+                ("user", ("result:c2:two", "result:c1:one")),
+                ("model", (JOB + "r1", SUB + "r2", "a2")),
+            ],
+            "strict": [
+                ("user", ("u1",)),
+                ("assistant", (_strict_call("c1") + "\n" + _strict_call("c2"),)),
+                ("user", (_strict_result("c2", "two") + "\n\n" + _strict_result("c1", "one"),)),
+                ("assistant", ("\n\n".join([JOB + "r1", SUB + "r2", "a2"]),)),
+            ],
+        },
+    ),
+    "history starting with a result": (
+        STARTS_WITH_RESULT,
+        {
+            "openai": [("assistant", (JOB + "r1",)), ("user", ("u1",)), ("assistant", ("a1",))],
+            "anthropic": [
+                ("user", (CONTINUES,)),
+                ("assistant", (JOB + "r1",)),
+                ("user", ("u1",)),
+                ("assistant", ("a1",)),
+            ],
+            "gemini": [
+                ("user", (CONTINUES,)),
+                ("model", (JOB + "r1",)),
+                ("user", ("u1",)),
+                ("model", ("a1",)),
+            ],
+            "strict": [
+                ("user", (CONTINUES,)),
+                ("assistant", (JOB + "r1",)),
+                ("user", ("u1",)),
+                ("assistant", ("a1",)),
+            ],
+        },
+    ),
+    "reset epochs: only the latest by default": (
+        RESET,
+        {
+            "openai": [("assistant", (JOB + "r1",)), ("user", ("u1",)), ("assistant", ("a1",))],
+            "anthropic": [
+                ("user", (CONTINUES,)),
+                ("assistant", (JOB + "r1",)),
+                ("user", ("u1",)),
+                ("assistant", ("a1",)),
+            ],
+            "gemini": [
+                ("user", (CONTINUES,)),
+                ("model", (JOB + "r1",)),
+                ("user", ("u1",)),
+                ("model", ("a1",)),
+            ],
+            "strict": [
+                ("user", (CONTINUES,)),
+                ("assistant", (JOB + "r1",)),
+                ("user", ("u1",)),
+                ("assistant", ("a1",)),
+            ],
+        },
+    ),
+    "empty history": ([], {"openai": [], "anthropic": [], "gemini": [], "strict": []}),
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("case", CASES)
+def test_hard_cases(case: str, family: str) -> None:
+    lines, expected = CASES[case]
+    assert compact(family, render(lines, family)) == expected[family]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_all_epochs_marks_each_reset(family: str) -> None:
+    got = compact(family, render(RESET, family, all_epochs=True))  # type: ignore[arg-type]
+    assistant = "model" if family == "gemini" else "assistant"
+    if family == "openai":
+        assert got == [
+            ("user", ("u0",)),
+            ("assistant", ("a0",)),
+            ("assistant", (JOB + "r0",)),
+            ("user", (RESET_NOTE,)),
+            ("assistant", (JOB + "r1",)),
+            ("user", ("u1",)),
+            ("assistant", ("a1",)),
+        ]
+    elif family == "strict":
+        assert got == [
+            ("user", ("u0",)),
+            ("assistant", ("a0\n\n" + JOB + "r0",)),
+            ("user", (RESET_NOTE,)),
+            ("assistant", (JOB + "r1",)),
+            ("user", ("u1",)),
+            ("assistant", ("a1",)),
+        ]
+    else:
+        assert got == [
+            ("user", ("u0",)),
+            (assistant, ("a0", JOB + "r0")),
+            ("user", (RESET_NOTE,)),
+            (assistant, (JOB + "r1",)),
+            ("user", ("u1",)),
+            (assistant, ("a1",)),
+        ]
+
+
+def test_empty_history_is_an_empty_list_for_every_family() -> None:
+    assert render([], "openai") == {"messages": []}
+    assert render([], "anthropic") == {"messages": []}
+    assert render([], "gemini") == {"contents": []}
+    assert render([], "strict") == {"messages": []}
+    assert render([], "strict", all_epochs=True) == {"messages": []}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_golden_session(family: str) -> None:
+    """A realistic session (entries as they come from Kafka) in each family's full shape."""
+    with (DATA / "session.jsonl").open("rb") as f:
+        numbered, errors = read_history(f)
+    assert errors == []
+    expected = json.loads((DATA / f"session.{family}.json").read_text("utf-8"))
+    assert render([line for _, line in numbered], family) == expected  # type: ignore[arg-type]
+
+
+# --- epochs -------------------------------------------------------------------------------
+
+
+def test_lines_without_an_epoch_inherit_it() -> None:
+    lines = [user("u"), reply("a"), job_result("r", epoch=2), user("u2"), job_result("r3", epoch=3)]
+    assert resolve_epochs(lines) == (2, 2, 2, 2, 3)
+    assert resolve_epochs([user("u"), reply("a")]) == (0, 0)
+
+
+def test_the_latest_epoch_alone_keeps_lines_before_its_first_entry() -> None:
+    """Gateway lines carry no epoch; the entries of the epoch they sit in say which it is."""
+    lines = [user("u", epoch=4), reply("a"), job_result("r", epoch=4)]
+    assert compact("openai", render(lines, "openai")) == [
+        ("user", ("u",)),
+        ("assistant", ("a",)),
+        ("assistant", (JOB + "r",)),
+    ]
+
+
+# --- attribution --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("poster", "tag"),
+    [
+        (PostedBy(kind="job", id="job-1", name="daily report"), JOB.strip()),
+        (PostedBy(kind="job", id="job-1", run_id="r"), "[posted by job (id job-1)]"),
+        (
+            PostedBy(kind="job", id="j", name='say "hi"\nnow'),
+            '[posted by job "say \\"hi\\"\\nnow" (id j)]',
+        ),
+        (
+            PostedBy(kind="subagent", id="researcher", name="research", run_id="run-7"),
+            SUB.strip(),
+        ),
+        (PostedBy(kind="subagent", id="researcher"), "[posted by subagent (id researcher)]"),
+        (PostedBy(kind="agent", id="ops"), None),
+        (None, None),
+    ],
+)
+def test_attribution(poster: PostedBy | None, tag: str | None) -> None:
+    assert attribution(poster) == tag
+
+
+def test_media_are_named_after_the_text() -> None:
+    line = HistoryLine.model_validate(
+        {"role": "assistant", "text": "", "media": [{"kind": "image", "name": "chart.png"}]}
+    )
+    assert render([user("u"), line], "openai")["messages"][1]["content"] == (
+        '[attached image "chart.png"]'
+    )
+
+
+# --- invalid input ------------------------------------------------------------------------
+
+
+def _errors(text: str) -> list[str]:
+    return read_history(io.BytesIO(text.encode()))[1]
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        ("{not json", "line 2: not JSON"),
+        ("[1]", "line 2: not a JSON object"),
+        ('{"text": "x"}', "line 2: role: field required"),
+        ('{"role": "system", "text": "x"}', "line 2: role: must be one of"),
+        ('{"role": "user"}', "line 2: text: field required"),
+        ('{"role": "tool", "text": "x"}', "line 2: tool_call_id: required on a tool line"),
+        (
+            '{"role": "user", "text": "x", "tool_call_id": "c"}',
+            "line 2: tool_call_id: only a tool line has one",
+        ),
+        (
+            '{"role": "user", "text": "x", "tool_calls": [{"id": "c", "name": "n"}]}',
+            "line 2: tool_calls: only an assistant line makes tool calls",
+        ),
+        (
+            '{"role": "assistant", "text": "", "tool_calls": [{"id": "c", "name": "n",'
+            ' "arguments": "[1]"}]}',
+            "line 2: tool_calls[0].arguments: must be a JSON object",
+        ),
+        (
+            '{"role": "user", "text": "x", "posted_by": {"kind": "job", "id": "j"}}',
+            "line 2: posted_by: only an assistant line",
+        ),
+        (
+            '{"role": "assistant", "text": "x", "posted_by": {"kind": "cron", "id": "j"}}',
+            "line 2: posted_by.kind: must be one of",
+        ),
+        ('{"role": "user", "text": "x", "epoch": -1}', "line 2: epoch: input should be greater"),
+        ('{"schema": "delivery-confirmation/1"}', "line 2: unknown schema"),
+        ('{"schema": "transcript-entry/1", "text": "x"}', "line 2: session_key: field required"),
+    ],
+)
+def test_invalid_lines_name_the_line_and_field(line: str, error: str) -> None:
+    errors = _errors('{"role": "user", "text": "ok"}\n' + line + "\n")
+    assert len(errors) == 1
+    assert errors[0].startswith(error), errors
+
+
+@pytest.mark.parametrize(
+    ("history", "error"),
+    [
+        ('{"role": "tool", "text": "x", "tool_call_id": "c1"}', "line 1: tool_call_id: no earlier"),
+        (
+            '{"role": "assistant", "text": "", "tool_calls": [{"id": "c1", "name": "n"}]}\n'
+            '{"role": "assistant", "text": "r"}',
+            "line 1: tool_calls[0].id: no tool result for call 'c1'",
+        ),
+        (
+            '{"role": "assistant", "text": "", "tool_calls": [{"id": "c1", "name": "n"}]}\n'
+            '{"role": "tool", "text": "x", "tool_call_id": "c1"}\n'
+            '{"role": "tool", "text": "x", "tool_call_id": "c1"}',
+            "line 3: tool_call_id: call 'c1' has a result",
+        ),
+        (
+            '{"role": "assistant", "text": "", "tool_calls": [{"id": "c1", "name": "n"},'
+            ' {"id": "c1", "name": "n"}]}\n'
+            '{"role": "tool", "text": "x", "tool_call_id": "c1"}',
+            "line 1: tool_calls[1].id: tool call id 'c1' used twice",
+        ),
+        (
+            '{"role": "user", "text": "x", "epoch": 2}\n\n'
+            '{"role": "user", "text": "y", "epoch": 1}',
+            "line 3: epoch: goes back from 2 to 1",
+        ),
+        (
+            '{"role": "assistant", "text": "", "tool_calls": [{"id": "c1", "name": "n"}],'
+            ' "epoch": 0}\n'
+            '{"role": "tool", "text": "x", "tool_call_id": "c1", "epoch": 1}',
+            "line 1: tool_calls[0].id: no tool result for call 'c1' follows in its epoch",
+        ),
+    ],
+)
+def test_inconsistent_histories_name_the_line_and_field(history: str, error: str) -> None:
+    errors = _errors(history + "\n")
+    assert errors and errors[0].startswith(error), errors
+
+
+def test_render_refuses_an_inconsistent_history() -> None:
+    assert problems([tool("c1", "x")])
+    with pytest.raises(InvalidHistory):
+        render([tool("c1", "x")], "openai")
+
+
+def test_errors_never_show_message_text() -> None:
+    errors = _errors('{"role": "tool", "text": "SECRET"}\n{"role": 1, "text": "SECRET"}\n')
+    assert len(errors) == 2 and not any("SECRET" in e for e in errors)
+
+
+# --- the command --------------------------------------------------------------------------
+
+
+def _cli(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "workers", "render", *args],
+        input=stdin,
+        capture_output=True,
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_cli_renders_a_file_for_a_strict_template() -> None:
+    done = _cli("--provider", "strict", str(DATA / "session.jsonl"))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == json.loads((DATA / "session.strict.json").read_bytes())
+    roles = [m["role"] for m in json.loads(done.stdout)["messages"]]
+    assert roles == ["user", "assistant"] * (len(roles) // 2)
+
+
+def test_cli_reads_stdin_and_exits_2_on_invalid_input() -> None:
+    good = _cli("--provider", "gemini", "--all-epochs", "-", stdin=b'{"role":"user","text":"hi"}\n')
+    assert good.returncode == 0, good.stderr
+    assert json.loads(good.stdout) == {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    bad = _cli("--provider", "strict", "-", stdin=b'{"role":"user","text":"hi"}\n{"role":"x"}\n')
+    assert bad.returncode == 2 and bad.stdout == b""
+    assert bad.stderr.decode().startswith("render: line 2: role: must be one of")
+
+
+def test_cli_missing_file_and_unknown_family_exit_2() -> None:
+    assert _cli("--provider", "strict", str(DATA / "nope.jsonl")).returncode == 2
+    assert _cli("--provider", "cohere", str(DATA / "session.jsonl")).returncode == 2

@@ -1,0 +1,113 @@
+"""`render --provider FAMILY FILE`: a session's history as a provider request, on stdout.
+
+FILE (`-` = stdin) holds JSON lines, each a history line
+
+    {"role": "user"|"assistant"|"tool", "text": "...",
+     "tool_calls": [{"id", "name", "arguments"}]   (assistant; arguments: object or its JSON)
+     "tool_call_id": "..."                         (tool)
+     "posted_by": {"kind", "id", "name"?, "run_id"?} (assistant), "epoch": N, "media": [...]}
+
+or a transcript-entry/1 from `transcript.entries` (an assistant line: its text, posted_by,
+epoch and media names). Blank lines are skipped; line numbers still count them.
+
+Prints one JSON object: `{"messages": [...]}` (openai, anthropic, strict) or
+`{"contents": [...]}` (gemini); the rules are in workers/core/provider_replay.py. Exit 0;
+exit 2 on invalid input, one `render: line N: FIELD: problem` line each on stderr (never the
+message text).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable
+from typing import Annotated, Any
+
+from pydantic import Discriminator, Tag, TypeAdapter, ValidationError
+
+from schemas import TranscriptEntry, describe_errors
+from workers.core.provider_replay import FAMILIES, HistoryLine, from_entry, problems, render
+
+_MAX_ERRORS = 20  # error lines printed, then a count of the rest
+
+
+_ENTRY = "transcript-entry/1"
+_HISTORY_LINE = "(history line)"
+
+
+def _kind(value: Any) -> str:
+    """The tag: a line with a `schema` names its record; any other object is a history line."""
+    if isinstance(value, dict) and "schema" in value:
+        return str(value["schema"])
+    return _HISTORY_LINE
+
+
+# The tag comes first in every error location, which describe_errors drops; an unknown
+# `schema` is reported as such.
+_LINE: TypeAdapter[TranscriptEntry | HistoryLine] = TypeAdapter(
+    Annotated[
+        Annotated[TranscriptEntry, Tag(_ENTRY)] | Annotated[HistoryLine, Tag(_HISTORY_LINE)],
+        Discriminator(_kind),
+    ]
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE", help="JSON lines of a session's history; - = stdin")
+    parser.add_argument(
+        "--provider", required=True, choices=FAMILIES, metavar="FAMILY", help=", ".join(FAMILIES)
+    )
+    parser.add_argument(
+        "--all-epochs",
+        action="store_true",
+        help="render every epoch, marking each reset; default: only the latest epoch",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        with sys.stdin.buffer if args.file == "-" else open(args.file, "rb") as source:
+            lines, errors = read_history(source)
+    except OSError as exc:
+        print(f"render: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+        return 2
+    if errors:
+        shown = errors[:_MAX_ERRORS]
+        more = [f"(+{len(errors) - len(shown)} more)"] if len(errors) > len(shown) else []
+        print("\n".join(f"render: {e}" for e in shown + more), file=sys.stderr)
+        return 2
+    request = render([line for _, line in lines], args.provider, all_epochs=args.all_epochs)
+    sys.stdout.write(json.dumps(request, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def read_history(
+    source: Iterable[bytes],
+) -> tuple[list[tuple[int, HistoryLine]], list[str]]:
+    """(line number, history line) for every non-blank line, and every error, by line."""
+    lines: list[tuple[int, HistoryLine]] = []
+    errors: list[str] = []
+    for number, raw in enumerate(source, 1):
+        if not raw.strip():
+            continue
+        try:
+            record = _LINE.validate_json(raw)
+        except ValidationError as exc:
+            errors.append(f"line {number}: {_reason(exc)}")
+            continue
+        line = from_entry(record) if isinstance(record, TranscriptEntry) else record
+        lines.append((number, line))
+    if not errors:
+        numbers = [number for number, _ in lines]
+        found = problems([line for _, line in lines])
+        errors += [f"line {numbers[p.index]}: {p.field}: {p.problem}" for p in found]
+    return lines, errors
+
+
+def _reason(exc: ValidationError) -> str:
+    first = exc.errors(include_url=False, include_input=False)[0]
+    if len(first["loc"]) == 1 and first["type"] in ("model_type", "model_attributes_type"):
+        return "not a JSON object"
+    return describe_errors(exc)
