@@ -15,7 +15,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "topics": ("workers.topics_cli", "make the cluster match topics.yaml or report drift"),
     "worker": ("workers.worker", "run the stream processor (the transcript owner)"),
     "loadgen": ("workers.loadgen", "publish realistic synthetic delivery confirmations"),
+    "audit": ("workers.audit", "replay the input topic and compare with the transcript topic"),
+    "show": ("workers.show", "print one session's transcript"),
     "replay": ("workers.replay", "run JSON-lines input through the core offline; print outcomes"),
+    "doctor": ("workers.doctor", "migrate scheduled jobs to the two job modes (Rule 2)"),
+    "render": ("workers.render", "render a session's history as one provider family's request"),
 }
 
 
