@@ -119,11 +119,37 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings):
     return app
 
 
+def check_topics(ks: KafkaSettings, ws: WorkerSettings) -> str | None:
+    """Refuse to start on topics that do not match: co-partitioning depends on the count."""
+    from kafka import KafkaConsumer
+    from kafka.errors import KafkaError
+
+    try:
+        consumer = KafkaConsumer(**ks.kafka_python_kwargs(), request_timeout_ms=30000)
+    except KafkaError as exc:
+        return f"cannot reach Kafka at {ks.bootstrap}: {exc}"
+    try:
+        for name in (CONFIRMATIONS, ENTRIES, DIAGNOSTICS, DLQ):
+            parts = consumer.partitions_for_topic(ks.topic(name))
+            if not parts:
+                return f"topic {ks.topic(name)} does not exist: run `transcript-owner topics apply`"
+            if name in (CONFIRMATIONS, ENTRIES) and len(parts) != ws.partitions:
+                return (f"topic {ks.topic(name)} has {len(parts)} partitions, "
+                        f"TRANSCRIPT_PARTITIONS is {ws.partitions}")
+    finally:
+        consumer.close()
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         ks, ws = kafka_settings(), worker_settings()
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    problem = check_topics(ks, ws)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     from faust import Worker
 

@@ -205,3 +205,19 @@ def test_two_workers_split_partitions_and_write_what_one_would(ks, env, worker, 
     for w in (w1, w2):  # each worker decided records of its own partitions
         final = [ln for ln in w.log.read_text().splitlines() if "stopped; outcomes:" in ln]
         assert final and "'written': " in final[-1], w.tail()
+
+
+def test_worker_refuses_topics_with_another_partition_count(env, topics):
+    from tests.conftest import cli
+
+    done = cli("worker", env=dict(env, TRANSCRIPT_PARTITIONS="12"), timeout=60)
+    assert done.returncode == 2
+    assert b"has 8 partitions, TRANSCRIPT_PARTITIONS is 12" in done.stderr
+
+
+def test_worker_refuses_missing_topics(env):
+    from tests.conftest import cli
+
+    done = cli("worker", env=env, timeout=60)
+    assert done.returncode == 2
+    assert b"does not exist: run `transcript-owner topics apply`" in done.stderr
