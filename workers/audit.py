@@ -33,7 +33,7 @@ from workers.core import SessionState
 from workers.loadgen import Progress
 from workers.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES, Source
 from workers.owner import Owner
-from workers.settings import KafkaSettings, SettingsError, kafka_settings, worker_settings
+from workers.settings import KafkaSettings, kafka_settings, worker_settings
 
 KINDS = ("missing", "unexpected", "differing", "rewritten", "order",
          "diagnostics_missing", "diagnostics_unexpected", "dead_letters_missing",
@@ -173,11 +173,7 @@ def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Rep
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        ks, ws = kafka_settings(), worker_settings()
-    except SettingsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    ks, ws = kafka_settings(), worker_settings()  # a SettingsError is reported by the CLI (exit 2)
     from kafka.errors import KafkaError
 
     from workers.kafka_io import read

@@ -10,6 +10,8 @@ import argparse
 import importlib
 import sys
 
+from workers.settings import SettingsError
+
 # command name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "topics": ("workers.topics_cli", "make the cluster match topics.yaml or report drift"),
@@ -42,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(args._module)
     try:
         return int(module.run(args) or 0)
+    except SettingsError as exc:  # the environment names no usable configuration
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -7,7 +7,7 @@ import sys
 import time
 
 from workers.outputs import CONFIRMATIONS
-from workers.settings import SettingsError, kafka_settings
+from workers.settings import kafka_settings
 from workers.synthetic import generate
 
 
@@ -42,11 +42,7 @@ class Progress:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        ks = kafka_settings()
-    except SettingsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    ks = kafka_settings()  # a SettingsError is reported by the CLI (exit 2)
     from workers.kafka_io import producer
 
     topic = ks.topic(CONFIRMATIONS)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from workers.outputs import ENTRIES
 from workers.partitioning import partition_for
-from workers.settings import SettingsError, kafka_settings, worker_settings
+from workers.settings import kafka_settings, worker_settings
 from workers.topics import format_table
 
 
@@ -19,11 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        ks, ws = kafka_settings(), worker_settings()
-    except SettingsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    ks, ws = kafka_settings(), worker_settings()  # a SettingsError is reported by the CLI (exit 2)
     from workers.kafka_io import read
 
     prefix = f"{args.session_key}#".encode()

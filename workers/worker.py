@@ -21,7 +21,6 @@ from workers.owner import Owner
 from workers.processor import Processor
 from workers.settings import (
     KafkaSettings,
-    SettingsError,
     WorkerSettings,
     kafka_settings,
     worker_settings,
@@ -142,11 +141,7 @@ def check_topics(ks: KafkaSettings, ws: WorkerSettings) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        ks, ws = kafka_settings(), worker_settings()
-    except SettingsError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    ks, ws = kafka_settings(), worker_settings()  # a SettingsError is reported by the CLI (exit 2)
     problem = check_topics(ks, ws)
     if problem:
         print(f"error: {problem}", file=sys.stderr)

@@ -1,0 +1,55 @@
+"""Settings come from the environment; a bad one stops a command with the variable named."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from workers.settings import SettingsError, kafka_settings, worker_settings
+
+
+def test_defaults_and_prefix():
+    ks = kafka_settings({"TRANSCRIPT_TOPIC_PREFIX": "t1."})
+    assert ks.bootstrap == "127.0.0.1:9092"
+    assert ks.topic("transcript.entries") == "t1.transcript.entries"
+    assert worker_settings({}).partitions == 8
+
+
+def test_sasl_password_is_masked_and_passed_to_clients():
+    ks = kafka_settings({"KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "KAFKA_SASL_USERNAME": "u",
+                         "KAFKA_SASL_PASSWORD": "hunter2", "KAFKA_SASL_MECHANISM": "SCRAM-SHA-512"})
+    assert "hunter2" not in repr(ks) and "hunter2" not in str(ks.model_dump())
+    kwargs = ks.kafka_python_kwargs()
+    assert kwargs["sasl_plain_password"] == "hunter2"
+    assert kwargs["sasl_mechanism"] == "SCRAM-SHA-512" and kwargs["security_protocol"] == "SASL_SSL"
+
+
+@pytest.mark.parametrize("env, named", [
+    ({"KAFKA_BOOTSTRAP": "nohost"}, "KAFKA_BOOTSTRAP"),
+    ({"KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"}, "KAFKA_SASL_USERNAME"),
+    ({"TRANSCRIPT_TOPIC_PREFIX": "bad prefix"}, "TRANSCRIPT_TOPIC_PREFIX"),
+])
+def test_kafka_errors_name_the_variable(env, named):
+    with pytest.raises(SettingsError, match=named):
+        kafka_settings(env)
+
+
+@pytest.mark.parametrize("env, named", [
+    ({"TRANSCRIPT_PARTITIONS": "0"}, "TRANSCRIPT_PARTITIONS"),
+    ({"TRANSCRIPT_DEDUPE_WINDOW_DAYS": "soon"}, "TRANSCRIPT_DEDUPE_WINDOW_DAYS"),
+    ({"TRANSCRIPT_LOG_LEVEL": "loud"}, "TRANSCRIPT_LOG_LEVEL"),
+])
+def test_worker_errors_name_the_variable(env, named):
+    with pytest.raises(SettingsError, match=named):
+        worker_settings(env)
+
+
+def test_cli_exits_2_with_the_variable_named():
+    env = dict(os.environ, TRANSCRIPT_LOG_LEVEL="loud")
+    done = subprocess.run([sys.executable, "-m", "workers", "worker"], env=env,
+                          capture_output=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.decode().startswith("error: invalid environment: TRANSCRIPT_LOG_LEVEL")
