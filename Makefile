@@ -59,5 +59,8 @@ run: install kafka-up topics
 demo: install kafka-up
 	$(PY) -m workers.demo
 
+bench: install kafka-up
+	$(PY) bench/run.py
+
 clean:
 	rm -rf $(VENV) var

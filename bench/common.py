@@ -1,0 +1,185 @@
+"""Shared bits of `make bench`: environment, topics, preloading, group lag, the worker process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kafka import KafkaConsumer, TopicPartition
+from kafka.admin import KafkaAdminClient
+
+from workers.partitioning import partition_for
+
+ROOT = Path(__file__).resolve().parent.parent
+BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+PARTITIONS = 8
+
+assert BOOTSTRAP.split(",")[0].rsplit(":", 1)[0] in ("127.0.0.1", "localhost"), \
+    "the benchmark only talks to a broker on loopback"
+
+
+def env_for(prefix: str, **extra: str) -> dict[str, str]:
+    e = dict(os.environ)
+    e.update(KAFKA_BOOTSTRAP=BOOTSTRAP, TRANSCRIPT_TOPIC_PREFIX=prefix, PYTHONUNBUFFERED="1",
+             **extra)
+    return e
+
+
+def topics_apply(prefix: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "workers", "topics", "apply"], cwd=ROOT,
+                          env=env_for(prefix), capture_output=True, timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"topics apply failed: {done.stderr.decode()}")
+
+
+def create_topic(name: str, partitions: int = PARTITIONS) -> None:
+    from kafka.admin import NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
+    try:
+        admin.create_topics([NewTopic(name, partitions, 1)])
+    finally:
+        admin.close()
+
+
+def delete_topics(prefix: str) -> list[str]:
+    admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
+    try:
+        mine = [t for t in admin.list_topics() if t.startswith(prefix)]
+        if mine:
+            admin.delete_topics(mine)
+        return mine
+    finally:
+        admin.close()
+
+
+async def _preload(topic: str, records: list[tuple[bytes | None, bytes]]) -> float:
+    from aiokafka import AIOKafkaProducer
+
+    p = AIOKafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all", linger_ms=20,
+                         max_batch_size=512 * 1024, max_request_size=4 * 1024 * 1024)
+    await p.start()
+    t0 = time.perf_counter()
+    try:
+        futures = []
+        for key, value in records:
+            part = partition_for(key.decode(), PARTITIONS) if key else None
+            futures.append(await p.send(topic, value, key=key, partition=part))
+        await asyncio.gather(*futures)
+    finally:
+        await p.stop()
+    return time.perf_counter() - t0
+
+
+def preload(topic: str, records: list[tuple[bytes | None, bytes]]) -> float:
+    """Publish records (contract partitioner), wait for every ack; returns seconds taken."""
+    return asyncio.run(_preload(topic, records))
+
+
+class Lag:
+    """Committed-offset lag of a group on a topic (kafka-python admin, as the test harness)."""
+
+    def __init__(self, group: str, topic: str) -> None:
+        self.group, self.topic = group, topic
+        self.admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
+        self.consumer = KafkaConsumer(bootstrap_servers=BOOTSTRAP)
+        self.tps = [TopicPartition(topic, p)
+                    for p in sorted(self.consumer.partitions_for_topic(topic))]
+
+    def __call__(self) -> int:
+        ends = self.consumer.end_offsets(self.tps)
+        offsets = self.admin.list_group_offsets(self.group).get(self.group, {})
+        return sum(ends[tp] - (offsets[tp].offset if tp in offsets else 0) for tp in self.tps)
+
+    def wait_zero(self, timeout: float, alive=lambda: True, interval: float = 0.1) -> float:
+        """Wall time (time.time()) when lag was first seen at 0."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self() == 0:
+                return time.time()
+            if not alive():
+                raise RuntimeError("process died while draining")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"lag of {self.group} not 0 after {timeout}s ({self()})")
+            time.sleep(interval)
+
+    def close(self) -> None:
+        self.admin.close()
+        self.consumer.close()
+
+
+def first_timestamp(topics: list[str]) -> float | None:
+    """Earliest record CreateTime (seconds) over the topics: when the first output was sent."""
+    c = KafkaConsumer(bootstrap_servers=BOOTSTRAP)
+    try:
+        found = []
+        for topic in topics:
+            tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or ())]
+            for ot in c.offsets_for_times({tp: 0 for tp in tps}).values():
+                if ot is not None:
+                    found.append(ot.timestamp / 1000)
+        return min(found) if found else None
+    finally:
+        c.close()
+
+
+def last_timestamp(topics: list[str]) -> float | None:
+    """Latest record CreateTime (seconds) over the topics' partition tails: the last output."""
+    c = KafkaConsumer(bootstrap_servers=BOOTSTRAP, enable_auto_commit=False)
+    try:
+        tps = [TopicPartition(t, p)
+               for t in topics for p in sorted(c.partitions_for_topic(t) or ())]
+        ends = {tp: e for tp, e in c.end_offsets(tps).items() if e > 0}
+        c.assign(list(ends))
+        for tp, e in ends.items():
+            c.seek(tp, e - 1)
+        best, pending = None, set(ends)
+        deadline = time.monotonic() + 20
+        while pending and time.monotonic() < deadline:
+            for tp, recs in c.poll(timeout_ms=500).items():
+                for r in recs:
+                    best = max(best or 0, r.timestamp / 1000)
+                pending.discard(tp)
+        return best
+    finally:
+        c.close()
+
+
+class WorkerProc:
+    """`python -m workers worker` with its own app id and state dir; output to a log file."""
+
+    def __init__(self, prefix: str, app_id: str, state_dir: Path, log: Path) -> None:
+        self.env = env_for(prefix, TRANSCRIPT_APP_ID=app_id, TRANSCRIPT_STATE_DIR=str(state_dir),
+                           TRANSCRIPT_SESSION_TIMEOUT_S="6")
+        self.group = prefix + app_id
+        self.log = log
+        self.proc: subprocess.Popen | None = None
+        self.started_at = 0.0
+
+    def start(self) -> WorkerProc:
+        out = self.log.open("ab")
+        self.started_at = time.time()
+        self.proc = subprocess.Popen([sys.executable, "-m", "workers", "worker"], cwd=ROOT,
+                                     env=self.env, stdout=out, stderr=subprocess.STDOUT)
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 60) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(timeout=30)
+
+    def tail(self, n: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])

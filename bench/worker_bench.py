@@ -1,0 +1,205 @@
+"""(c) worker throughput, (d) end-to-end latency at fixed rates, (e) recovery after restart."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from bench.common import (
+    BOOTSTRAP,
+    PARTITIONS,
+    Lag,
+    WorkerProc,
+    first_timestamp,
+    last_timestamp,
+    preload,
+)
+from workers.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
+from workers.partitioning import partition_for
+from workers.synthetic import generate
+
+
+def throughput(worker: WorkerProc, prefix: str, timeout: float = 400) -> dict:
+    """Start the worker on the preloaded input; first output -> committed lag 0."""
+    lag = Lag(worker.group, prefix + CONFIRMATIONS)
+    try:
+        worker.start()
+        t_zero = lag.wait_zero(timeout, alive=worker.alive)
+        events = sum(lag.consumer.end_offsets(lag.tps).values())  # re-keyed copies included
+    finally:
+        lag.close()
+    outputs = [prefix + t for t in (ENTRIES, DIAGNOSTICS, DLQ)]
+    t_first, t_last = first_timestamp(outputs), last_timestamp(outputs)
+    seconds = t_zero - t_first
+    # lag 0 needs faust's next offset commit (commit_interval 2.8 s by default); the span to the
+    # last output sent shows how much of `seconds` that wait is
+    return {"events": events, "startup_s": t_first - worker.started_at, "seconds": seconds,
+            "events_per_s": events / seconds, "first_to_last_output_s": t_last - t_first,
+            "events_per_s_to_last_output": events / (t_last - t_first)}
+
+
+def _tagged(n: int, seed: int, tag: str, start: datetime) -> list[tuple[bytes | None, bytes, str]]:
+    """Synthetic records with send_ids made unique to this phase (retries keep theirs equal)."""
+    out = []
+    for key, value in generate(n, sessions_n=2000, seed=seed, start=start):
+        sid = None
+        try:
+            record = json.loads(value)
+        except ValueError:
+            record = None
+        if isinstance(record, dict) and isinstance(record.get("send_id"), str):
+            sid = record["send_id"] = f"{tag}-{record['send_id']}"
+            value = json.dumps(record).encode()
+        out.append((key, value, sid))
+    return out
+
+
+async def _latency(prefix: str, rate: int, seconds: float, seed: int) -> dict:
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+    from aiokafka.structs import TopicPartition as ATP
+
+    n = int(rate * seconds)
+    start = datetime(2026, 2, 1, tzinfo=UTC) + timedelta(days=seed)
+    records = _tagged(n, seed, f"lat{rate}", start)
+    topic, entries = prefix + CONFIRMATIONS, prefix + ENTRIES
+    consumer = AIOKafkaConsumer(bootstrap_servers=BOOTSTRAP, isolation_level="read_committed",
+                                enable_auto_commit=False, group_id=None)
+    producer = AIOKafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all", linger_ms=1)
+    await consumer.start()
+    await producer.start()
+    tps = [ATP(entries, p) for p in range(PARTITIONS)]
+    consumer.assign(tps)
+    await consumer.seek_to_end(*tps)
+    for tp in tps:
+        await consumer.position(tp)
+    sent: dict[str, float] = {}
+    got: dict[str, float] = {}
+    done = asyncio.Event()
+
+    async def consume() -> None:
+        idle_since = None
+        while True:
+            batch = await consumer.getmany(timeout_ms=100)
+            now = time.perf_counter()
+            for recs in batch.values():
+                for r in recs:
+                    try:
+                        sid = json.loads(r.value).get("send_id")
+                    except (ValueError, AttributeError):
+                        continue
+                    if sid in sent and sid not in got:
+                        got[sid] = now - sent[sid]
+            if done.is_set():
+                if batch:
+                    idle_since = None
+                elif idle_since is None:
+                    idle_since = now
+                elif now - idle_since > 3.0:
+                    return
+
+    reader = asyncio.create_task(consume())
+    try:
+        futures = []
+        t0 = time.perf_counter()
+        i = 0
+        while i < n:
+            due = min(n, int((time.perf_counter() - t0) * rate) + 1)
+            while i < due:
+                key, value, sid = records[i]
+                part = partition_for(key.decode(), PARTITIONS) if key else None
+                if sid is not None:
+                    sent.setdefault(sid, time.perf_counter())
+                futures.append(await producer.send(topic, value, key=key, partition=part))
+                i += 1
+            await asyncio.sleep(0.002)
+        await asyncio.gather(*futures)
+        produced_s = time.perf_counter() - t0
+        done.set()
+        await reader
+    finally:
+        done.set()
+        await producer.stop()
+        await consumer.stop()
+    ms = sorted(v * 1000 for v in got.values())
+
+    def pct(p: float) -> float:
+        return round(ms[min(len(ms) - 1, int(p / 100 * len(ms)))], 1) if ms else float("nan")
+
+    return {"p50": pct(50), "p95": pct(95), "p99": pct(99), "max": round(ms[-1], 1) if ms else None,
+            "records": n, "entries_measured": len(ms), "achieved_rate": round(n / produced_s, 1)}
+
+
+def latency(prefix: str, rate: int, seconds: float, seed: int) -> dict:
+    return asyncio.run(_latency(prefix, rate, seconds, seed))
+
+
+def _probe(prefix: str, tag: str) -> bytes:
+    """Publish one new confirmation that must become an entry; returns its send_id."""
+    for key, value in generate(200, sessions_n=50, seed=4242):
+        rec = json.loads(value) if value.startswith(b'{"schema": "delivery-confirmation/1"') \
+            else None
+        if (rec and "session_key" in rec and key == rec["session_key"].encode()
+                and rec["origin"]["kind"] == "message_tool" and "text" in rec["payload"]
+                and "media" not in rec["payload"] and "destination_agent_id" not in rec):
+            rec["send_id"] = f"probe-{tag}-{uuid.uuid4().hex[:8]}"
+            p = KafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all")
+            p.send(prefix + CONFIRMATIONS, key=key, value=json.dumps(rec).encode(),
+                   partition=partition_for(key.decode(), PARTITIONS)).get(timeout=30)
+            p.close()
+            return rec["send_id"]
+    raise RuntimeError("no probe record found")
+
+
+def recovery(prefix: str, workdir: Path, n: int, log) -> dict:  # noqa: ANN001
+    """State of `n` sessions, then restart times: local RocksDB kept, and state dir wiped."""
+    preload(prefix + CONFIRMATIONS, list(generate(n, sessions_n=n, seed=11)))
+    state = workdir / "state-recovery"
+    worker = WorkerProc(prefix, "bench-recovery", state, workdir / "worker-recovery.log")
+    lag = Lag(worker.group, prefix + CONFIRMATIONS)
+    try:
+        worker.start()
+        t = time.time()
+        lag.wait_zero(500, alive=worker.alive)
+        log(f"  recovery: {n} records over {n} sessions processed in {time.time() - t:.1f}s "
+            f"(incl. start-up)")
+    finally:
+        lag.close()
+        worker.stop()
+    out = {}
+    for mode in ("local", "from_changelog"):
+        if mode == "from_changelog":
+            shutil.rmtree(state)
+        c = KafkaConsumer(bootstrap_servers=BOOTSTRAP, isolation_level="read_committed",
+                          enable_auto_commit=False)
+        tps = [TopicPartition(prefix + ENTRIES, p) for p in range(PARTITIONS)]
+        c.assign(tps)
+        c.seek_to_end()
+        for tp in tps:
+            c.position(tp)
+        sid = _probe(prefix, mode)
+        worker.start()
+        try:
+            deadline = time.monotonic() + 300
+            found = None
+            while found is None:
+                if not worker.alive():
+                    raise RuntimeError(f"worker died:\n{worker.tail()}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"probe not written in 300s:\n{worker.tail()}")
+                for recs in c.poll(timeout_ms=100).values():
+                    for r in recs:
+                        if json.loads(r.value).get("send_id") == sid:
+                            found = time.time()
+            out[mode] = round(found - worker.started_at, 2)
+            log(f"  recovery {mode}: {out[mode]}s from worker start to the probe's entry")
+        finally:
+            worker.stop()
+            c.close()
+    return out
