@@ -77,3 +77,23 @@ def delete_topics(bootstrap: str, prefix: str) -> None:
             admin.delete_topics(mine)
     finally:
         admin.close()
+
+
+@pytest.fixture
+def workers(env, topics, tmp_path):
+    """A factory of worker processes on this test's topics; any still alive are killed after.
+
+    workers(name) gets its own state dir; workers(name, state) shares or reuses one."""
+    from tests.integration.harness import WorkerProcess
+
+    made: list = []
+
+    def make(name: str = "w", state: Path | None = None):
+        w = WorkerProcess(env, state or tmp_path / f"state-{name}", tmp_path / f"{name}.log")
+        made.append(w)
+        return w.start()
+
+    yield make
+    for w in made:
+        if w.alive():
+            w.kill()

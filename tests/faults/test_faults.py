@@ -14,12 +14,18 @@ import random
 import shutil
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT, cli
-from tests.integration.harness import Collector, WorkerProcess, wait_drained
+from tests.integration.harness import (
+    Collector,
+    WorkerProcess,
+    group_of,
+    poll_until,
+    wait_drained,
+    wait_members,
+)
 from workers.kafka_io import producer
 from workers.outputs import CONFIRMATIONS, ENTRIES
 from workers.settings import kafka_settings
@@ -48,21 +54,6 @@ def feed(ks):
     return publish
 
 
-@pytest.fixture
-def workers(env, tmp_path):
-    made: list[WorkerProcess] = []
-
-    def make(name: str = "w", state: Path | None = None) -> WorkerProcess:
-        w = WorkerProcess(env, state or tmp_path / "state", tmp_path / f"{name}.log")
-        made.append(w)
-        return w.start()
-
-    yield make
-    for w in made:
-        if w.alive():
-            w.kill()
-
-
 def audit(env) -> dict:
     done = cli("audit", "--json", env=env, timeout=600)
     report = json.loads(done.stdout)
@@ -83,43 +74,23 @@ def wait_entries(entries: Collector, n: int, w: WorkerProcess, timeout: float = 
     return time.monotonic()
 
 
-def group(env) -> str:
-    return env["TRANSCRIPT_TOPIC_PREFIX"] + "transcript-owner"
-
-
-def wait_members(env, n: int, ws: list[WorkerProcess], timeout: float = 90) -> None:
-    """Until the group is Stable with n members (the rebalance has happened)."""
-    from kafka.admin import KafkaAdminClient
-
-    admin = KafkaAdminClient(bootstrap_servers=env["KAFKA_BOOTSTRAP"])
-    deadline = time.monotonic() + timeout
-    try:
-        while True:
-            desc = admin.describe_groups([group(env)])[group(env)]
-            if desc["group_state"] == "Stable" and len(desc["members"]) == n:
-                return
-            assert all(w.alive() for w in ws) and time.monotonic() < deadline
-            time.sleep(0.2)  # poll interval of an external observer
-    finally:
-        admin.close()
-
-
-def test_kill_9_at_random_points(ks, env, feed, workers):
+def test_kill_9_at_random_points(ks, env, feed, workers, tmp_path):
     records = feed(seed=101)
     entries = Collector(ks, ks.topic(ENTRIES))
     rng = random.Random(7)
     points = sorted(rng.uniform(0.1, 0.8) for _ in range(3))
     expected_total = 36_000  # about 73% of the input is written (see replay); points are fractions
-    w = workers("w0")
+    state = tmp_path / "state"  # every restart keeps the killed worker's local state
+    w = workers("w0", state)
     recoveries = []
     for i, fraction in enumerate(points, 1):
         wait_entries(entries, int(expected_total * fraction), w)
         w.kill()  # SIGKILL: no shutdown, no commit, no flush
         before = len(entries.records)
         t0 = time.monotonic()
-        w = workers(f"w{i}")
+        w = workers(f"w{i}", state)
         recoveries.append(round(wait_entries(entries, before + 1, w) - t0, 2))
-    wait_drained(env["KAFKA_BOOTSTRAP"], group(env), ks.topic(CONFIRMATIONS), 600, [w])
+    wait_drained(env["KAFKA_BOOTSTRAP"], group_of(env), ks.topic(CONFIRMATIONS), 600, [w])
     report = audit(env)
     assert report["expected_entries"] > 30_000
     record("kill_9", {"records": records, "kills": len(points), "repeats": report["repeats"],
@@ -127,10 +98,11 @@ def test_kill_9_at_random_points(ks, env, feed, workers):
     assert w.stop() == 0
 
 
-def test_broker_restart(ks, env, feed, workers):
+def test_broker_restart(ks, env, feed, workers, tmp_path):
     records = feed(seed=202)
     entries = Collector(ks, ks.topic(ENTRIES))
-    w = workers("w0")
+    state = tmp_path / "state"
+    w = workers("w0", state)
     wait_entries(entries, 10_000, w)
     subprocess.run([str(ROOT / "deploy/local/kafka-down.sh")], check=True, capture_output=True)
     t0 = time.monotonic()
@@ -144,12 +116,12 @@ def test_broker_restart(ks, env, feed, workers):
         if not w.alive():
             assert w.proc.returncode != 0
             restarts += 1
-            w = workers(f"w{restarts}")
+            w = workers(f"w{restarts}", state)
         assert time.monotonic() < deadline, w.tail()
         for recs in entries.consumer.poll(timeout_ms=500).values():
             entries.records.extend(recs)
     recovery = round(time.monotonic() - t0, 2)
-    wait_drained(env["KAFKA_BOOTSTRAP"], group(env), ks.topic(CONFIRMATIONS), 600, [w])
+    wait_drained(env["KAFKA_BOOTSTRAP"], group_of(env), ks.topic(CONFIRMATIONS), 600, [w])
     report = audit(env)
     record("broker_restart", {"records": records, "broker_restarts": 1,
                               "worker_restarts": restarts, "repeats": report["repeats"],
@@ -163,16 +135,14 @@ def test_rebalance_second_worker_joins_and_leaves(ks, env, feed, workers, tmp_pa
     w1 = workers("w1", tmp_path / "s1")
     wait_entries(entries, 8_000, w1)
     w2 = workers("w2", tmp_path / "s2")
-    wait_members(env, 2, [w1, w2])
-    deadline = time.monotonic() + 60
-    while "'written'" not in w2.log.read_text():  # its 10 s report: it has decided records
-        assert w2.alive() and time.monotonic() < deadline, w2.tail()
-        time.sleep(0.5)  # poll interval of an external observer
+    wait_members(env["KAFKA_BOOTSTRAP"], group_of(env), 2, [w1, w2])
+    # its 10 s report says it has decided records of its own partitions
+    poll_until(lambda: "'written'" in w2.log.read_text(), 60, [w1, w2], "w2 decided records")
     assert w2.stop() == 0  # leaves: its partitions move back to w1
     t0 = time.monotonic()
     before = len(entries.records)
     recovery = round(wait_entries(entries, before + 1, w1) - t0, 2)
-    wait_drained(env["KAFKA_BOOTSTRAP"], group(env), ks.topic(CONFIRMATIONS), 600, [w1])
+    wait_drained(env["KAFKA_BOOTSTRAP"], group_of(env), ks.topic(CONFIRMATIONS), 600, [w1])
     report = audit(env)
     record("rebalance", {"records": records, "workers": 2, "repeats": report["repeats"],
                          "recovery_s": recovery, "entries": report["expected_entries"]})
@@ -191,7 +161,7 @@ def test_wiped_local_state_recovers_from_changelog(ks, env, feed, workers, tmp_p
     t0 = time.monotonic()
     w = workers("w1", state)
     recovery = round(wait_entries(entries, before + 1, w) - t0, 2)
-    wait_drained(env["KAFKA_BOOTSTRAP"], group(env), ks.topic(CONFIRMATIONS), 600, [w])
+    wait_drained(env["KAFKA_BOOTSTRAP"], group_of(env), ks.topic(CONFIRMATIONS), 600, [w])
     report = audit(env)
     record("wiped_state", {"records": records, "kills": 1, "repeats": report["repeats"],
                            "recovery_s": recovery, "entries": report["expected_entries"]})

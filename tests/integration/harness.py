@@ -116,14 +116,44 @@ def group_lag(bootstrap: str, group: str, topic: str) -> int:
         consumer.close()
 
 
-def wait_drained(bootstrap: str, group: str, topic: str, timeout: float,
-                 workers: list[WorkerProcess]) -> None:
-    """Until the group has committed every input record (re-keyed copies included)."""
+def poll_until(done: Callable[[], bool], timeout: float, workers: list[WorkerProcess],
+               what: str, interval: float = 0.3) -> None:
+    """Until `done()` holds, for state only an external observer can see (group lag, group
+    membership, a worker's log): Kafka pushes no event for it, so this is the one place that
+    polls. Fails at once when a worker dies, and with its log on time-out."""
     deadline = time.monotonic() + timeout
-    while group_lag(bootstrap, group, topic) > 0:
+    while not done():
         for w in workers:
             if not w.alive():
                 raise AssertionError(f"worker exited ({w.proc.returncode}):\n{w.tail()}")
         if time.monotonic() > deadline:
-            raise AssertionError(f"input not drained in {timeout}s:\n{workers[0].tail()}")
-        time.sleep(0.5)  # poll interval of an external observer
+            raise AssertionError(f"{what}: not within {timeout}s\n{workers[0].tail()}")
+        time.sleep(interval)
+
+
+def wait_drained(bootstrap: str, group: str, topic: str, timeout: float,
+                 workers: list[WorkerProcess]) -> None:
+    """Until the group has committed every input record (re-keyed copies included)."""
+    poll_until(lambda: group_lag(bootstrap, group, topic) == 0, timeout, workers,
+               "input drained")
+
+
+def wait_members(bootstrap: str, group: str, n: int, workers: list[WorkerProcess],
+                 timeout: float = 90) -> None:
+    """Until the group is Stable with n members: the rebalance has happened."""
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+
+    def stable() -> bool:
+        desc = admin.describe_groups([group])[group]
+        return desc["group_state"] == "Stable" and len(desc["members"]) == n
+
+    try:
+        poll_until(stable, timeout, workers, f"{n} stable members")
+    finally:
+        admin.close()
+
+
+def group_of(env: dict[str, str]) -> str:
+    return env["TRANSCRIPT_TOPIC_PREFIX"] + "transcript-owner"

@@ -4,15 +4,15 @@ and two workers in one group."""
 from __future__ import annotations
 
 import json
-import time
 from datetime import UTC, datetime
 
 import pytest
 
 from tests.integration.harness import (
     Collector,
-    WorkerProcess,
+    group_of,
     replay_entries,
+    wait_members,
     without_written_at,
 )
 from workers.kafka_io import publish
@@ -29,30 +29,14 @@ def ks(env, topics):
     return kafka_settings(env)
 
 
-@pytest.fixture
-def worker(env, topics, tmp_path):
-    """A factory of worker processes sharing this test's topics; all are stopped at the end."""
-    made: list[WorkerProcess] = []
-
-    def make(name: str = "w1") -> WorkerProcess:
-        w = WorkerProcess(env, tmp_path / f"state-{name}", tmp_path / f"{name}.log")
-        made.append(w)
-        return w.start()
-
-    yield make
-    for w in made:
-        if w.alive():
-            w.kill()
-
-
 def collector(ks, topic):
     return Collector(ks, ks.topic(topic))
 
 
-def test_every_rule_end_to_end_equals_replay(ks, env, worker):
+def test_every_rule_end_to_end_equals_replay(ks, env, workers):
     scenario = steps("e2e1", datetime(2026, 5, 1, 12, 0, tzinfo=UTC))
     publish(ks, ks.topic(CONFIRMATIONS), [(s.key, s.value) for s in scenario], 8)
-    w = worker()
+    w = workers()
     entries, diags, dlq = (collector(ks, t) for t in (ENTRIES, DIAGNOSTICS, DLQ))
     n_written = sum(s.expect == "written" for s in scenario)
     entries.wait_for(lambda r: len(r) >= n_written, 90, w)
@@ -109,10 +93,10 @@ def _confirmations_for(session_key: str, n: int, key: bytes) -> list[tuple[bytes
     return out
 
 
-def test_non_canonical_key_lands_in_its_canonical_session_in_order(ks, worker):
+def test_non_canonical_key_lands_in_its_canonical_session_in_order(ks, workers):
     legacy = b"  AGENT:OPS:Telegram:DM:U7 "
     publish(ks, ks.topic(CONFIRMATIONS), _confirmations_for("x", 30, legacy))
-    w = worker()
+    w = workers()
     entries = collector(ks, ENTRIES)
     entries.wait_for(lambda r: len(r) >= 30, 90, w)
     values = entries.values()
@@ -124,14 +108,14 @@ def test_non_canonical_key_lands_in_its_canonical_session_in_order(ks, worker):
     assert w.stop() == 0
 
 
-def test_invalid_records_are_dead_lettered_and_neighbours_written(ks, worker):
+def test_invalid_records_are_dead_lettered_and_neighbours_written(ks, workers):
     key = b"agent:ops:telegram:direct:u8"
     good = _confirmations_for("x", 4, key)
     mixed = [good[0], (key, b"\xff\xfe not json"), good[1],
              (key, b'{"schema": "delivery-confirmation/1"}'), good[2],
              (key, b'{"schema": "nope/1", "session_key": "x"}'), good[3]]
     publish(ks, ks.topic(CONFIRMATIONS), mixed, 8)
-    w = worker()
+    w = workers()
     entries, dlq = collector(ks, ENTRIES), collector(ks, DLQ)
     entries.wait_for(lambda r: len(r) >= 4, 90, w)
     dlq.wait_for(lambda r: len(r) >= 3, 30, w)
@@ -146,7 +130,7 @@ def test_invalid_records_are_dead_lettered_and_neighbours_written(ks, worker):
     assert w.stop() == 0
 
 
-def test_restarted_worker_resumes_with_its_state(ks, env, worker):
+def test_restarted_worker_resumes_with_its_state(ks, env, workers):
     records = list(generate(3000, sessions_n=50, seed=7))
     first, second = records[:1500], records[1500:]
     retries = first[:200]  # connector retries of records the first run already wrote
@@ -155,12 +139,12 @@ def test_restarted_worker_resumes_with_its_state(ks, env, worker):
     expected_first = replay_entries([v for _, v in first], env)
 
     entries = collector(ks, ENTRIES)
-    w = worker()
+    w = workers()
     entries.wait_for(lambda r: len(r) >= len(expected_first), 120, w)
     assert w.stop() == 0
 
     publish(ks, ks.topic(CONFIRMATIONS), second + retries)
-    w2 = worker()
+    w2 = workers()
     entries.wait_for(lambda r: len(r) >= len(expected), 120, w2)
     got = entries.values()
     keys = [r.key for r in entries.records]
@@ -174,25 +158,12 @@ def test_restarted_worker_resumes_with_its_state(ks, env, worker):
     assert w2.stop() == 0
 
 
-def test_two_workers_split_partitions_and_write_what_one_would(ks, env, worker, kafka_bootstrap):
-    from kafka.admin import KafkaAdminClient
-
+def test_two_workers_split_partitions_and_write_what_one_would(ks, env, workers, kafka_bootstrap):
     # canonical keys only, so that input order is each session's partition order (as in replay)
     records = list(generate(4000, sessions_n=300, seed=11, legacy_rate=0.0))
-    w1, w2 = worker("a"), worker("b")
-    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    group = env["TRANSCRIPT_TOPIC_PREFIX"] + "transcript-owner"
-
-    def stable_members() -> int:
-        desc = admin.describe_groups([group])[group]
-        return len(desc["members"]) if desc["group_state"] == "Stable" else 0
-
-    deadline = time.monotonic() + 90
-    while stable_members() < 2:  # both have joined: the input will be split between them
-        assert time.monotonic() < deadline, w1.tail() + w2.tail()
-        assert w1.alive() and w2.alive()
-        time.sleep(0.2)
-    admin.close()
+    w1, w2 = workers("a"), workers("b")
+    # both have joined before the input arrives: it will be split between them
+    wait_members(kafka_bootstrap, group_of(env), 2, [w1, w2])
 
     entries = collector(ks, ENTRIES)
     publish(ks, ks.topic(CONFIRMATIONS), records)
