@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from schemas import Diagnostic, TranscriptEntry
 from workers.core import Outcome
 from workers.partitioning import partition_for
 
@@ -14,6 +15,10 @@ CONFIRMATIONS = "delivery.confirmations"
 ENTRIES = "transcript.entries"
 DIAGNOSTICS = "transcript.diagnostics"
 DLQ = "delivery.confirmations.dlq"
+
+# model_dump_json(), as bytes: pydantic-core writes bytes, model_dump_json decodes them to str.
+_ENTRY = TranscriptEntry.__pydantic_serializer__
+_DIAGNOSTIC = Diagnostic.__pydantic_serializer__
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,12 +56,12 @@ def encode(outcome: Outcome, source: Source, partitions: int) -> list[OutRecord]
             OutRecord(
                 ENTRIES,
                 entry_key(e.session_key, e.seq),
-                e.model_dump_json().encode(),
+                _ENTRY.to_json(e),
                 partition_for(e.session_key, partitions),
             )
         )
     for d in outcome.diagnostics:
-        out.append(OutRecord(DIAGNOSTICS, d.session_key.encode(), d.model_dump_json().encode()))
+        out.append(OutRecord(DIAGNOSTICS, d.session_key.encode(), _DIAGNOSTIC.to_json(d)))
     return out
 
 

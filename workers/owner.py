@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from schemas import Invalid, parse_input
-from workers.core import SessionState, dead_letter, decide, session_key_of
+from workers.core import SessionState, dead_letter, decide_keyed, session_key_of
 from workers.outputs import CONFIRMATIONS, OutRecord, Source, encode
 from workers.partitioning import partition_for
 
@@ -50,8 +50,8 @@ class Owner:
         if source.key != key.encode() or source.partition != home:
             return Step("rekeyed", [rekey(source, key, home)], key)
         state = load(key)
-        new_state, outcome = decide(
-            state, record, written_at=self.clock(), dedupe_window=self.dedupe_window
+        new_state, outcome = decide_keyed(
+            state, record, key, written_at=self.clock(), dedupe_window=self.dedupe_window
         )
         sends = encode(outcome, source, self.partitions)
         return Step(outcome.kind, sends, key, None if new_state is state else new_state)

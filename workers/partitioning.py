@@ -6,6 +6,8 @@ Every client that follows the contract (the TypeScript gateway, kafka-python, Ja
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 
 def murmur2(data: bytes) -> int:
     """Kafka's murmur2 (org.apache.kafka.common.utils.Utils.murmur2), as a signed 32-bit int."""
@@ -38,6 +40,11 @@ def murmur2(data: bytes) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+@lru_cache(maxsize=1 << 16)
 def partition_for(session_key: str, partitions: int) -> int:
-    """toPositive(murmur2(key)) % partitions, as the Java default partitioner computes it."""
+    """toPositive(murmur2(key)) % partitions, as the Java default partitioner computes it.
+
+    Cached: the worker asks for every record, over a few thousand live sessions, and murmur2
+    in Python costs microseconds per key.
+    """
     return (murmur2(session_key.encode("utf-8")) & 0x7FFFFFFF) % partitions

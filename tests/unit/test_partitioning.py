@@ -33,3 +33,11 @@ def test_known_java_vectors():
     assert ours(b"a-little-bit-longer-string") == -1486304829
     assert ours(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8") == -58897971
     assert ours(b"abc") == 479470107
+
+
+def test_cached_partitions_depend_on_key_and_count():
+    keys = ["agent:ops:main", "agent:ops:telegram:group:-100123", "東京", "a"]
+    for _ in range(2):  # the second round is answered from the cache
+        for key in keys:
+            for n in range(1, 65):
+                assert partition_for(key, n) == (ours(key.encode()) & 0x7FFFFFFF) % n

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -129,3 +130,103 @@ def test_a_long_running_session_compacts_its_store() -> None:
     assert len(m) == 101
     assert len(m._store.keys) < 1000  # dead entries were dropped, not kept forever
     assert list(m)[0] == "s4899" and m["s4999"] == seen(4999)
+
+
+# --- to_bytes writes memoized entry bytes: always the plain JSON encoding -----------------
+
+
+def plain_bytes(state: SessionState) -> bytes:
+    """to_bytes as the format defines it: json.dumps of the whole document."""
+
+    def us(at: datetime | None) -> int | None:
+        return None if at is None else (at - EPOCH) // timedelta(microseconds=1)
+
+    doc = {
+        "v": 1,
+        "epoch": state.epoch,
+        "next_seq": state.next_seq,
+        "clock": us(state.clock),
+        "last_reset_at": us(state.last_reset_at),
+        "seen": [[k, us(s.first_seen), s.fingerprint] for k, s in state.seen_map.items_in_order()],
+    }
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+KEYS = ["a", "b", 'q"uote', "back\\slash", "ctl\n\t\x01\x7f", "ü-é:1", "東京", "👍", "\u2028", ""]
+
+
+def test_state_bytes_escape_like_json() -> None:
+    state = SessionState(
+        epoch=2,
+        next_seq=9,
+        clock=datetime(2025, 3, 1, 14, 0, 0, 123456, tzinfo=PLUS2),
+        last_reset_at=datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),  # negative micros
+        seen={k: seen(i, f"fp-{k}") for i, k in enumerate(KEYS)},
+    )
+    assert state.to_bytes() == plain_bytes(state)
+    assert SessionState.from_bytes(state.to_bytes()) == state
+
+
+# Any sequence of adds (in or out of order, or runs long enough to compact the store),
+# prunes and round trips through bytes, each from any earlier version, with to_bytes called
+# at any point in between (bytes are encoded lazily, then more entries are appended), writes
+# the plain JSON encoding.
+_state_ops = st.lists(
+    st.tuples(
+        st.integers(min_value=0, max_value=10_000),  # which earlier version to start from
+        st.sampled_from(["add", "run", "prune", "bytes", "reload"]),
+        st.sampled_from(KEYS),
+        st.integers(-5, 400),  # minute
+        st.integers(1, 300),  # length of a run
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300)
+@given(_state_ops)
+def test_state_bytes_equal_the_plain_encoding(ops: list[tuple[int, str, str, int, int]]) -> None:
+    versions = [SessionState()]
+    for pick, op, key, minute, length in ops:
+        state = versions[pick % len(versions)]
+        m = state.seen_map
+        if op == "add" and key not in m:
+            m = m.with_entry(key, seen(minute, key))
+        elif op == "run":  # one new send a minute, remembered for 30 minutes
+            for i in range(length):
+                m = m.with_entry(f"{len(versions)}:{i}", seen(minute + i, "f"))
+                m = m.pruned(T + timedelta(minutes=minute + i - 30))
+        elif op == "prune":
+            m = m.pruned(T + timedelta(minutes=minute))
+        elif op == "bytes":
+            assert state.to_bytes() == plain_bytes(state)
+        elif op == "reload":
+            m = SessionState.from_bytes(state.to_bytes()).seen_map
+        versions.append(SessionState(len(versions), pick, T, T if op == "run" else None, m))
+    for state in versions:
+        assert state.to_bytes() == plain_bytes(state)
+        assert SessionState.from_bytes(state.to_bytes()) == state
+
+
+def test_compaction_keeps_the_encoded_entries_exact() -> None:
+    m, states = SeenMap(), []
+    for i in range(3000):
+        m = m.with_entry(f"s{i}", seen(i, f"{i:032x}")).pruned(T + timedelta(minutes=i - 300))
+        state = SessionState(next_seq=i + 2, clock=T + timedelta(minutes=i), seen=m)
+        if i % 7 == 0:
+            assert state.to_bytes() == plain_bytes(state)
+        states.append(state)
+    assert len(m._store.keys) < 1000  # compacted, more than once
+    for state in states[::97]:  # older maps kept their own (older, larger) stores
+        assert state.to_bytes() == plain_bytes(state)
+
+
+def test_state_bytes_load_out_of_order_and_name_a_repeated_send_id() -> None:
+    data = b'{"v":1,"epoch":0,"next_seq":1,"clock":null,"last_reset_at":null,"seen":[%s]}'
+    late, early, tie = b'["late",300,"f"]', b'["early",100,"f"]', b'["tie",100,"g"]'
+    state = SessionState.from_bytes(data % b",".join([late, early, tie]))
+    assert list(state.seen) == ["early", "tie", "late"]  # stable: ties keep their order
+    assert state.to_bytes() == plain_bytes(state) == data % b",".join([early, tie, late])
+    with pytest.raises(ValueError, match="duplicate send_id 'b'"):
+        SeenMap([("a", seen(3)), ("b", seen(1)), ("b", seen(2)), ("a", seen(4))])

@@ -32,6 +32,8 @@ NATIVE_ONLY_PAYLOAD = "native_only_payload"  # warn: Rule 1 exception, no honest
 IN_CHAT_JOB_DELIVERED_ELSEWHERE = "in_chat_job_delivered_elsewhere"  # warn: breaks Rule 2
 SESSION_KEY_MISMATCH = "session_key_mismatch"  # info: the sender's key was not canonical
 
+_DIAGNOSTIC = Diagnostic.__pydantic_validator__  # model_validate without its Python layer
+
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
@@ -61,7 +63,7 @@ def diagnostic(
     at: datetime,
 ) -> Diagnostic:
     """A diagnostic/1 record. `at` is the record's own time, so replays reproduce it."""
-    return Diagnostic.model_validate(
+    return _DIAGNOSTIC.validate_python(
         {
             "schema": "diagnostic/1",
             "level": level,

@@ -56,18 +56,14 @@ class RouteLike(Protocol):
     def thread_id(self) -> str | None: ...
 
 
+@lru_cache(maxsize=1 << 14)
 def canonical_session_key(raw: str, agent_id: str) -> str:
     """The canonical form of `raw`, a key the sending agent `agent_id` computed.
 
     Raises ValueError when `raw` is an `agent:` key whose agent segment is not an agent id
-    (the key names no agent, so no session can be chosen for it).
+    (the key names no agent, so no session can be chosen for it). Cached: pure, and called
+    for every record with a handful of distinct keys.
     """
-    return _canonical(raw, agent_id)
-
-
-@lru_cache(maxsize=1 << 14)
-def _canonical(raw: str, agent_id: str) -> str:
-    # Pure and called for every record with a handful of distinct keys: worth caching.
     # Whitespace around a segment is never part of an id: trim the key and every segment.
     parts = [p.strip() for p in raw.split(":")]
     if len(parts) >= 2 and parts[0].lower() == "agent":

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from workers.core.seen import EMPTY_SEEN, Seen, SeenMap
+from workers.core.seen import EMPTY_SEEN, Seen, SeenMap, micros
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
@@ -44,18 +44,20 @@ class SessionState:
         return self.seen  # type: ignore[return-value]  # converted in __post_init__
 
     def to_bytes(self) -> bytes:
-        """Compact JSON for the state store; times as integer microseconds since 1970 UTC."""
-        doc = {
-            "v": _FORMAT,
-            "epoch": self.epoch,
-            "next_seq": self.next_seq,
-            "clock": _micros(self.clock),
-            "last_reset_at": _micros(self.last_reset_at),
-            "seen": [
-                [k, _micros(s.first_seen), s.fingerprint] for k, s in self.seen_map.items_in_order()
-            ],
-        }
-        return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+        """Compact JSON for the state store; times as integer microseconds since 1970 UTC.
+
+        The bytes of json.dumps(doc, separators=(",", ":"), ensure_ascii=False) for
+        {"v", "epoch", "next_seq", "clock", "last_reset_at", "seen": [[send_id, us, fp], …]},
+        written by hand around the entries' memoized bytes (SeenMap.json_items).
+        """
+        head = b'{"v":%d,"epoch":%d,"next_seq":%d,"clock":%b,"last_reset_at":%b,"seen":[' % (
+            _FORMAT,
+            self.epoch,
+            self.next_seq,
+            _json_micros(self.clock),
+            _json_micros(self.last_reset_at),
+        )
+        return self.seen_map.json_items(head, b"]}")
 
     @classmethod
     def from_bytes(cls, data: bytes) -> SessionState:
@@ -63,17 +65,19 @@ class SessionState:
         doc = json.loads(data)
         if doc.get("v") != _FORMAT:
             raise ValueError(f"unknown SessionState format {doc.get('v')!r}")
+        # tuple.__new__: Seen(...) would run NamedTuple's __new__, in Python, for every entry.
+        new, epoch, us = tuple.__new__, _EPOCH, _MICROSECOND
         return cls(
             epoch=doc["epoch"],
             next_seq=doc["next_seq"],
             clock=_from_micros(doc["clock"]),
             last_reset_at=_from_micros(doc["last_reset_at"]),
-            seen=SeenMap((k, Seen(_EPOCH + t * _MICROSECOND, fp)) for k, t, fp in doc["seen"]),
+            seen=SeenMap([(k, new(Seen, (epoch + t * us, fp))) for k, t, fp in doc["seen"]]),
         )
 
 
-def _micros(at: datetime | None) -> int | None:
-    return None if at is None else (at - _EPOCH) // _MICROSECOND
+def _json_micros(at: datetime | None) -> bytes:
+    return b"null" if at is None else b"%d" % micros(at)
 
 
 def _from_micros(us: int | None) -> datetime | None:
