@@ -1,7 +1,7 @@
 """(a) The ceiling: raw aiokafka consume -> produce passthrough, no logic, at-least-once.
 
-Same guarantee as the worker: the producer uses acks=all, and a batch's offsets are committed
-only after every record it produced is acked (getmany, send, await the futures, commit).
+Same guarantee as the worker: the producer is idempotent with acks=all, and a batch's offsets
+are committed only after every record it produced is acked (getmany, send, await, commit).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ async def _run(src: str, dst: str, group: str, n: int, timeout: float) -> dict:
         src, bootstrap_servers=BOOTSTRAP, group_id=group, enable_auto_commit=False,
         auto_offset_reset="earliest", max_partition_fetch_bytes=4 * 1024 * 1024,
         fetch_max_bytes=16 * 1024 * 1024)
-    producer = AIOKafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all", linger_ms=5,
+    producer = AIOKafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all", enable_idempotence=True,
+                                linger_ms=5,
                                 max_batch_size=512 * 1024, max_request_size=4 * 1024 * 1024)
     await producer.start()
     await consumer.start()

@@ -83,13 +83,15 @@ def delete_topics(bootstrap: str, prefix: str) -> None:
 def workers(env, topics, tmp_path):
     """A factory of worker processes on this test's topics; any still alive are killed after.
 
-    workers(name) gets its own state dir; workers(name, state) shares or reuses one."""
+    workers(name) gets its own state dir; workers(name, state) shares or reuses one; keyword
+    arguments are extra environment variables."""
     from tests.integration.harness import WorkerProcess
 
     made: list = []
 
-    def make(name: str = "w", state: Path | None = None):
-        w = WorkerProcess(env, state or tmp_path / f"state-{name}", tmp_path / f"{name}.log")
+    def make(name: str = "w", state: Path | None = None, **extra_env: str):
+        w = WorkerProcess(env, state or tmp_path / f"state-{name}", tmp_path / f"{name}.log",
+                          **extra_env)
         made.append(w)
         return w.start()
 

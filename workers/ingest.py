@@ -1,103 +1,125 @@
-"""How input records reach the worker: faust's consumer and conductor, then our own batches.
+"""How input records reach the worker: fetched by faust's consumer, handed over a fetch at a time.
 
-faust's per-event Stream path is not used for the input. It costs 140-200 µs a record, and in
-faust-streaming 0.15 it *acks* events it skips while flow control is suspended around a
-rebalance, so the consumer commits past records nobody processed (seen here: a worker that joins
-a group mid-stream skips and commits most of its partitions). Instead the input topic is a
-`faust.Topic` subclass (an extension point the conductor delivers to) whose queue is an `Inbox`:
-raw messages, no Event objects, taken in batches by `workers.processor`, which acks each message
-itself once its outputs and state are durable.
+faust's per-record path is not used for the input topic. Its drain loop costs about 100 µs a
+record before any of our logic (two tasks and an `asyncio.wait` per record, then the conductor,
+then a Stream and an Event), and in faust-streaming 0.15 the Stream *acks* events it skips while
+flow control is suspended around a rebalance, so the consumer commits past records nobody
+processed (seen here: a worker that joins a group mid-stream skipped most of its partitions).
+
+Instead the input records are taken at the one documented extension point that sees a whole
+fetch: the consumer's scheduling strategy (`ConsumerScheduler` setting), which orders each
+fetch's records before the drain loop. Ours moves the input topic's records into an `Inbox`
+as faust messages stamped with the consumer generation, and passes every other topic's
+records (table changelogs during recovery) on to faust's own strategy untouched.
+`workers.processor` takes the inbox in batches and acks each message itself once its outputs
+and state are durable; faust tracks those acks and commits them as usual.
+
+Back-pressure: when the inbox holds more than its bound, the input partitions are reported to
+the consumer as full (`Consumer.on_buffer_full`, the hook faust's own channels use), so it
+stops fetching them until the processor has taken the inbox below half (`on_buffer_drop`).
+With `broker_max_poll_records` at a batch, the inbox never holds more than its bound plus
+one batch (aiokafka keeps at most one fetch response per partition below that).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import faust
-from faust.types import TP
+from faust.transport.utils import DefaultSchedulingStrategy
+from faust.types import TP, ConsumerMessage
 
 
 class Inbox:
-    """A bounded FIFO of consumer messages with the queue interface the conductor uses."""
+    """The input topic's fetched records, as faust messages, oldest first."""
 
-    def __init__(self, maxsize: int) -> None:
+    def __init__(self, topic: str, maxsize: int) -> None:
+        self.topic = topic
         self.maxsize = maxsize
-        self._items: deque[Any] = deque()
+        self.app: Any = None  # set by attach(), before the consumer starts fetching
+        self._items: deque[ConsumerMessage] = deque()
         self._not_empty = asyncio.Event()
-        self._not_full = asyncio.Event()
-        self._not_full.set()
+        self._full: set[TP] = set()  # partitions reported full to the consumer
+        self.high_water = 0  # most messages held at once (reported in the worker's log)
+
+    def attach(self, app: Any) -> None:
+        self.app = app
 
     def __len__(self) -> int:
         return len(self._items)
 
-    def full(self) -> bool:
-        return len(self._items) >= self.maxsize
-
-    def empty(self) -> bool:
-        return not self._items
-
-    def put_nowait_enhanced(self, value: Any, **_pressure_callbacks: Any) -> None:
-        """Called by the conductor for each fetched message (after it checked `full()`)."""
-        self._items.append(value)
+    def divert(self, records: Mapping[TP, list]) -> dict[TP, list]:
+        """Take the input topic's records of one fetch; return the other topics' records."""
+        rest: dict[TP, list] = {}
+        mine: dict[TP, list] = {}
+        for tp, batch in records.items():
+            (mine if tp.topic == self.topic else rest)[tp] = batch
+        if not mine:
+            return rest
+        generation = self.app.consumer_generation_id
+        items = self._items
+        for fetched_tp, batch in mine.items():
+            tp = TP(fetched_tp.topic, fetched_tp.partition)  # faust's TP, not the client's
+            for r in batch:
+                ts = r.timestamp
+                items.append(ConsumerMessage(
+                    r.topic, r.partition, r.offset, None if ts is None else ts / 1000.0,
+                    r.timestamp_type, r.headers, r.key, r.value, r.checksum,
+                    r.serialized_key_size, r.serialized_value_size, tp,
+                    generation_id=generation,
+                ))
         self._not_empty.set()
-        if self.full():
-            self._not_full.clear()
+        size = len(items)
+        self.high_water = max(self.high_water, size)
+        if size > self.maxsize:  # pause every input partition, or each adds one more fetch
+            consumer = self.app.consumer
+            for tp in consumer.assignment():
+                if tp.topic == self.topic and tp not in self._full:
+                    consumer.on_buffer_full(tp)
+                    self._full.add(tp)
+        return rest
 
-    async def put(self, message: Any) -> None:
-        """Called by the conductor when the inbox was full: waits for room."""
-        while self.full():
-            await self._not_full.wait()
-        self.put_nowait_enhanced(message)
-
-    async def take(self, max_items: int, linger_s: float) -> list[Any]:
+    async def take(self, max_items: int, linger_s: float) -> list[ConsumerMessage]:
         """At least one message; more if they arrive within `linger_s`, up to `max_items`."""
         while not self._items:
             self._not_empty.clear()
             await self._not_empty.wait()
         if len(self._items) < max_items and linger_s > 0:
             await asyncio.sleep(linger_s)  # let a burst fill the batch (bounded latency)
-        n = min(max_items, len(self._items))
-        batch = [self._items.popleft() for _ in range(n)]
-        if not self._items:
+        items = self._items
+        n = min(max_items, len(items))
+        batch = [items.popleft() for _ in range(n)]
+        if not items:
             self._not_empty.clear()
-        if not self.full():
-            self._not_full.set()
+        if self._full and len(items) <= self.maxsize // 2:
+            consumer = self.app.consumer
+            for tp in self._full:
+                consumer.on_buffer_drop(tp)
+            self._full.clear()
         return batch
 
 
-class InboxTopic(faust.Topic):
-    """The input topic as a channel whose buffer is an Inbox and whose 'events' are messages."""
+def scheduler_for(inbox: Inbox) -> type[DefaultSchedulingStrategy]:
+    """A ConsumerScheduler class (faust instantiates it without arguments) bound to `inbox`."""
 
-    inbox: Inbox
+    class InboxScheduler(DefaultSchedulingStrategy):
+        def iterate(self, records: Mapping[TP, list]) -> Iterator[tuple[TP, Any]]:
+            rest = inbox.divert(records)
+            return super().iterate(rest) if rest else iter(())
 
-    @property
-    def queue(self) -> Inbox:  # type: ignore[override]
-        return self.inbox
-
-    def _compile_decode(self) -> None:
-        # faust.Topic binds `self.decode` to a compiled schema decoder here; the conductor
-        # calls it for every message. Ours hands the message itself over: no Event, no codec.
-        self.decode = _pass_message  # type: ignore[method-assign]
-
-    async def put(self, event: Any) -> None:  # type: ignore[override]
-        await self.inbox.put(event)
+    return InboxScheduler
 
 
-async def _pass_message(message: Any, *, propagate: bool = False) -> Any:
-    return message
-
-
-def inbox_topic(app: faust.App, name: str, maxsize: int) -> InboxTopic:
-    """Declare the input topic and subscribe the worker's consumer to it."""
-    topic = InboxTopic(
-        app, topics=[name], key_type=bytes, value_type=bytes,
-        key_serializer="raw", value_serializer="raw", is_iterator=True, acks=True,
-    )
-    topic.inbox = Inbox(maxsize)
+def input_topic(app: faust.App, inbox: Inbox) -> faust.TopicT:
+    """Subscribe the worker's consumer to the input topic, with acks (offsets we ack commit)."""
+    topic = app.topic(inbox.topic, key_type=bytes, value_type=bytes, key_serializer="raw",
+                      value_serializer="raw", acks=True)
     app.topics.add(topic)
+    inbox.attach(app)
     return topic
 
 

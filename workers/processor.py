@@ -2,7 +2,8 @@
 
 For each batch, in this order (README, "Processing guarantee"):
   1. decide every record (core), keeping session states in a cache;
-  2. send all outputs (entries, diagnostics, dead letters, re-keyed records) and await their acks;
+  2. send all outputs (entries, diagnostics, dead letters, re-keyed records), one producer
+     batch per partition, and await their acks;
   3. write each changed session's state once: changelog first (awaited), then local RocksDB;
   4. ack the input messages, so faust commits their offsets.
 A crash between 2 and 3 repeats entries (same key, same content); nothing is ever skipped.
@@ -17,7 +18,10 @@ Where each partition starts: in a new generation a partition must start at its c
 that point when records arrive while it finishes recovery (seen here: the first 13-25 records of
 each partition never delivered, and later acks would have committed past them). So the first
 message of each partition is checked against where it should start; if it is later, the consumer
-is sought back once and the partition is taken up from there.
+is sought back once and the partition is taken up from there. Within a generation the consumer
+only moves forward, so an offset that is skipped there holds no record for us (a transaction
+marker, or records removed by retention): it is acked with the batch, or faust could never
+commit past it.
 """
 
 from __future__ import annotations
@@ -29,15 +33,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from faust.types import TP
+from faust.types import TP, ConsumerMessage
 
+from workers.batch_send import Record, send_all
 from workers.core import EMPTY_STATE, SessionState
-from workers.ingest import ChangelogEvent, ChangelogMessage, InboxTopic
+from workers.ingest import ChangelogEvent, ChangelogMessage, Inbox
 from workers.outputs import Source
 from workers.owner import Owner
+from workers.partitioning import murmur2
 
 log = logging.getLogger("transcript_owner.processor")
 EXIT_FATAL = 70
+_LARGE_GAP = 1000  # a skipped range this long is worth a warning (records lost to retention?)
 
 # the group's committed offsets for these partitions (None where nothing is committed)
 CommittedOffsets = Callable[[list[TP]], Awaitable[dict[TP, int | None]]]
@@ -55,31 +62,40 @@ class _Cursor:
 
 class Processor:
     def __init__(
-        self, app: Any, topic: InboxTopic, table: Any, owner: Owner,
-        topic_names: dict[str, str], committed: CommittedOffsets, *, max_batch: int = 2000,
-        linger_s: float = 0.005, cache_size: int = 200_000,
+        self, app: Any, inbox: Inbox, table: Any, owner: Owner, topic_names: dict[str, str],
+        topic_partitions: dict[str, int], committed: CommittedOffsets,
+        new_producer: Callable[[], Any], *, max_batch: int = 2000, linger_s: float = 0.005,
+        cache_size: int = 200_000,
     ) -> None:
-        self.committed = committed
-        self.app, self.topic, self.table, self.owner = app, topic, table, owner
+        self.committed, self.new_producer = committed, new_producer
+        self.app, self.inbox, self.table, self.owner = app, inbox, table, owner
         self.topic_names = topic_names  # logical -> cluster name
+        self.topic_partitions = topic_partitions  # cluster name -> partition count
         self.max_batch, self.linger_s, self.cache_size = max_batch, linger_s, cache_size
-        self.source_name = topic.get_topic_name()
+        self.source_name = inbox.topic
+        self.producer: Any = None
         self._generation: int | None = None
         self._cursors: dict[TP, _Cursor] = {}
         self._cache: dict[str, SessionState] = {}
 
     async def run(self) -> None:
+        self.producer = self.new_producer()
         try:
+            await self.producer.start()
             while not self.app.should_stop:
-                messages = await self.topic.inbox.take(self.max_batch, self.linger_s)
-                live = await self._admit(messages)
+                messages = await self.inbox.take(self.max_batch, self.linger_s)
+                live, skipped = await self._admit(messages)
                 if live:
                     await self._process(live)
-                    consumer = self.app.consumer
-                    for m in live:
-                        m.ack(consumer)
+                ack = self.app.consumer.ack  # what Message.ack ends in, without its refcount
+                for m in live:
+                    ack(m)
+                for m in skipped:
+                    ack(m)
         except asyncio.CancelledError:
-            log.info("stopped; outcomes: %s", dict(sorted(self.owner.counts.items())))
+            log.info("stopped; outcomes: %s; inbox high-water %d",
+                     dict(sorted(self.owner.counts.items())), self.inbox.high_water)
+            await asyncio.shield(self.producer.stop())
             raise
         except Exception:
             log.exception("fatal: the batch could not be processed; exiting before its offsets "
@@ -87,14 +103,15 @@ class Processor:
             logging.shutdown()
             os._exit(EXIT_FATAL)
 
-    async def _admit(self, messages: list) -> list:
-        """The messages this worker may process now, tracked so that a rebalance waits for them."""
+    async def _admit(self, messages: list) -> tuple[list, list]:
+        """The messages this worker may process now, tracked so that a rebalance waits for them,
+        and the offsets skipped between them (no record for us there) to ack with them."""
         app = self.app
         while True:
             while not app.flow_control.is_active():
                 await app.flow_control.acquire()
             if app.should_stop:
-                return []
+                return [], []
             generation = app.consumer_generation_id
             if generation == self._generation:
                 break
@@ -104,7 +121,7 @@ class Processor:
                 self._cache.clear()  # another worker may have owned these sessions meanwhile
         # No await from here to track_message: a revocation cannot start in between.
         consumer = app.consumer
-        live, seeks = [], {}
+        live, skipped, seeks = [], [], {}
         for m in messages:
             if m.generation_id != generation:
                 continue  # fetched before the rebalance: it will be fetched again
@@ -125,6 +142,8 @@ class Processor:
                 cursor.next = cursor.start
             if m.offset < cursor.next:
                 continue  # committed already, or fetched twice around a seek
+            if m.offset > cursor.next:
+                skipped.extend(_skipped(m, cursor.next))
             cursor.next = m.offset + 1
             consumer.track_message(m)
             live.append(m)
@@ -134,7 +153,7 @@ class Processor:
             # seek_wait runs the seek on the consumer's own thread (faust's Consumer.seek
             # does not, and a seek from this thread stalled all fetching in a test here)
             await consumer.seek_wait(seeks)
-        return live
+        return live, skipped
 
     async def _starts(self) -> dict[TP, _Cursor]:
         """Where each assigned input partition must start in this generation."""
@@ -159,35 +178,46 @@ class Processor:
     async def _process(self, messages: list) -> None:
         handle: Callable = self.owner.handle
         cache = self._cache
-        sends = []
+        names, counts = self.topic_names, self.topic_partitions
+        sends: list[Record] = []
         changed: dict[str, tuple[int, SessionState]] = {}
+        source_name = self.source_name
         for m in messages:
-            step = handle(Source(self.source_name, m.partition, m.offset, m.key, m.value),
-                          self._load)
-            sends.extend(step.sends)
+            step = handle(Source(source_name, m.partition, m.offset, m.key, m.value), self._load)
+            for o in step.sends:
+                topic = names[o.topic]
+                if o.partition is not None:
+                    partition = o.partition
+                elif o.key is not None:  # what the producer's default partitioner would pick
+                    partition = (murmur2(o.key) & 0x7FFFFFFF) % counts[topic]
+                else:  # a dead letter without a key: beside its source
+                    partition = m.partition % counts[topic]
+                sends.append((topic, partition, o.key, o.value, o.headers))
             if step.new_state is not None:
                 cache[step.session_key] = step.new_state
                 changed[step.session_key] = (m.partition, step.new_state)
-
-        producer = self.app.producer
-        names = self.topic_names
-        pending = [
-            await producer.send(names[o.topic], o.key, o.value, o.partition, None,
-                                list(o.headers) or None)
-            for o in sends
-        ]
-        await asyncio.gather(*pending)
+        await send_all(self.producer, sends)
 
         if changed:
             changelog = self.table.changelog_topic_name
-            writes = [(key.encode(), state.to_bytes(), partition)
+            writes = [(changelog, partition, key.encode(), state.to_bytes(), ())
                       for key, (partition, state) in changed.items()]
-            pending = [await producer.send(changelog, k, v, p, None, None) for k, v, p in writes]
-            metas = await asyncio.gather(*pending)
+            offsets = await send_all(self.producer, writes)
             self.table.apply_changelog_batch([
-                ChangelogEvent(ChangelogMessage(TP(md.topic, md.partition), md.offset, k, v))
-                for (k, v, _), md in zip(writes, metas, strict=True)
+                ChangelogEvent(ChangelogMessage(TP(changelog, p), offset, k, v))
+                for (_, p, k, v, _), offset in zip(writes, offsets, strict=True)
             ])
         if len(cache) > self.cache_size:
             for key in list(cache)[: len(cache) // 2]:
                 del cache[key]
+
+
+def _skipped(m: ConsumerMessage, first: int) -> list[ConsumerMessage]:
+    """Stand-ins for offsets first..m.offset-1 of m's partition, which hold no record for us."""
+    if m.offset - first >= _LARGE_GAP:
+        log.warning("offsets %s..%s of partition %s of %s hold no records (removed by "
+                    "retention before they were processed?)", first, m.offset - 1,
+                    m.partition, m.topic)
+    return [ConsumerMessage(m.topic, m.partition, offset, None, 0, None, None, None, None, 0, 0,
+                            m.tp, generation_id=m.generation_id)
+            for offset in range(first, m.offset)]

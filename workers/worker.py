@@ -2,7 +2,8 @@
 
 faust does what it is good at: group membership and partition assignment, the session table
 on RocksDB with its changelog and recovery, lifecycle and signals. The per-record work is the
-batch path of `workers.processor` (see `workers.ingest` for why not faust's Stream).
+batch path of `workers.processor` (see `workers.ingest` for why not faust's Stream), which
+sends through its own idempotent producer, a batch per partition (`workers.batch_send`).
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import asyncio
 import logging
 import ssl
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from workers.ingest import inbox_topic
+from workers.ingest import Inbox, input_topic, scheduler_for
 from workers.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
 from workers.owner import Owner
 from workers.processor import Processor
@@ -27,20 +29,26 @@ from workers.settings import (
 )
 
 log = logging.getLogger("transcript_owner.worker")
+COMMITTED_OFFSETS_TIMEOUT_S = 120.0  # then the worker exits (70) and its supervisor restarts it
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = "Configured by the environment; see README, 'Configuration'."
 
 
+def ssl_context(ks: KafkaSettings) -> ssl.SSLContext | None:
+    if not ks.security_protocol.endswith("SSL"):
+        return None
+    context = ssl.create_default_context(cafile=ks.ssl_cafile)
+    if ks.ssl_certfile:
+        context.load_cert_chain(ks.ssl_certfile, ks.ssl_keyfile)
+    return context
+
+
 def credentials(ks: KafkaSettings):
     import faust
 
-    context = None
-    if ks.security_protocol.endswith("SSL"):
-        context = ssl.create_default_context(cafile=ks.ssl_cafile)
-        if ks.ssl_certfile:
-            context.load_cert_chain(ks.ssl_certfile, ks.ssl_keyfile)
+    context = ssl_context(ks)
     if ks.security_protocol.startswith("SASL"):
         return faust.SASLCredentials(
             username=ks.sasl_username,
@@ -54,6 +62,7 @@ def credentials(ks: KafkaSettings):
 def committed_offsets(ks: KafkaSettings, group: str):  # noqa: ANN201
     """The group's committed offsets, asked of the cluster (once per rebalance, off the loop)."""
     from kafka.admin import KafkaAdminClient
+    from kafka.errors import KafkaError
 
     admin: list[KafkaAdminClient] = []
 
@@ -61,7 +70,17 @@ def committed_offsets(ks: KafkaSettings, group: str):  # noqa: ANN201
         if not admin:
             admin.append(KafkaAdminClient(**ks.kafka_python_kwargs(),
                                           client_id=f"{group}-offsets"))
-        found = admin[0].list_group_offsets(group).get(group, {})
+        deadline, pause = time.monotonic() + COMMITTED_OFFSETS_TIMEOUT_S, 0.2
+        while True:
+            try:
+                found = admin[0].list_group_offsets(group).get(group, {})
+                break
+            except KafkaError as exc:  # e.g. the coordinator moved or is loading after a restart
+                if not getattr(exc, "retriable", False) or time.monotonic() > deadline:
+                    raise
+                log.warning("committed offsets not readable yet (%s); retrying", type(exc).__name__)
+                time.sleep(pause)
+                pause = min(2.0, pause * 2)
         return {tp: (o.offset if (o := found.get((tp.topic, tp.partition))) else None)
                 for tp in tps}
 
@@ -71,9 +90,32 @@ def committed_offsets(ks: KafkaSettings, group: str):  # noqa: ANN201
     return committed
 
 
-def build_app(ks: KafkaSettings, ws: WorkerSettings):
+def producer_factory(ks: KafkaSettings, app_id: str):  # noqa: ANN201
+    """The processor's producer: idempotent, acks from all in-sync replicas, large batches."""
+
+    def new_producer():  # noqa: ANN202  (called on the running loop)
+        from aiokafka import AIOKafkaProducer
+
+        sasl = {}
+        if ks.security_protocol.startswith("SASL"):
+            sasl = dict(sasl_mechanism=ks.sasl_mechanism or "PLAIN",
+                        sasl_plain_username=ks.sasl_username,
+                        sasl_plain_password=ks.sasl_password.get_secret_value()
+                        if ks.sasl_password else None)
+        return AIOKafkaProducer(
+            bootstrap_servers=ks.bootstrap.split(","), client_id=f"{app_id}-outputs",
+            security_protocol=ks.security_protocol, ssl_context=ssl_context(ks), **sasl,
+            acks="all", enable_idempotence=True, max_batch_size=1024 * 1024,
+            max_request_size=4 * 1024 * 1024, linger_ms=0,
+        )
+
+    return new_producer
+
+
+def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str, int]):
     import faust
 
+    inbox = Inbox(ks.topic(CONFIRMATIONS), maxsize=4 * ws.max_batch)
     app = faust.App(
         ks.topic_prefix + ws.app_id,
         broker=";".join(f"kafka://{h.strip()}" for h in ks.bootstrap.split(",")),
@@ -89,9 +131,15 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings):
         web_port=ws.web_port or 6066,
         web_host="127.0.0.1",
         producer_acks=-1,
+        broker_commit_interval=1.0,  # acked offsets are committed within a second
         producer_max_request_size=4 * 1024 * 1024,
-        consumer_max_fetch_size=4 * 1024 * 1024,
+        consumer_max_fetch_size=1024 * 1024,
+        # a fetch hands over at most a batch: with the inbox's bound of 4 batches, the worker
+        # holds at most 5 batches of input records (plus one fetch per partition in aiokafka)
+        broker_max_poll_records=ws.max_batch,
+        ConsumerScheduler=scheduler_for(inbox),
     )
+    input_topic(app, inbox)
 
     sessions = app.Table("sessions", default=None, partitions=ws.partitions,
                          key_type=bytes, value_type=bytes)
@@ -104,22 +152,25 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings):
         clock=lambda: datetime.now(UTC),
     )
     processor = Processor(
-        app, inbox_topic(app, ks.topic(CONFIRMATIONS), maxsize=4 * ws.max_batch), sessions,
-        owner, {name: ks.topic(name) for name in (CONFIRMATIONS, ENTRIES, DIAGNOSTICS, DLQ)},
-        committed_offsets(ks, app.conf.id), max_batch=ws.max_batch, linger_s=ws.linger_ms / 1000,
+        app, inbox, sessions, owner,
+        {name: ks.topic(name) for name in (CONFIRMATIONS, ENTRIES, DIAGNOSTICS, DLQ)},
+        topic_partitions, committed_offsets(ks, app.conf.id), producer_factory(ks, app.conf.id),
+        max_batch=ws.max_batch, linger_s=ws.linger_ms / 1000,
     )
     app.task(processor.run)
 
     @app.timer(interval=10.0)
     async def report() -> None:
         if owner.counts:
-            log.info("outcomes so far: %s", dict(sorted(owner.counts.items())))
+            log.info("outcomes so far: %s; inbox high-water %d",
+                     dict(sorted(owner.counts.items())), inbox.high_water)
 
     return app
 
 
-def check_topics(ks: KafkaSettings, ws: WorkerSettings) -> str | None:
-    """Refuse to start on topics that do not match: co-partitioning depends on the count."""
+def check_topics(ks: KafkaSettings, ws: WorkerSettings) -> dict[str, int] | str:
+    """Each topic's partition count, or why the worker must refuse to start (co-partitioning
+    depends on the count)."""
     from kafka import KafkaConsumer
     from kafka.errors import KafkaError
 
@@ -127,6 +178,7 @@ def check_topics(ks: KafkaSettings, ws: WorkerSettings) -> str | None:
         consumer = KafkaConsumer(**ks.kafka_python_kwargs(), request_timeout_ms=30000)
     except KafkaError as exc:
         return f"cannot reach Kafka at {ks.bootstrap}: {exc}"
+    counts = {}
     try:
         for name in (CONFIRMATIONS, ENTRIES, DIAGNOSTICS, DLQ):
             parts = consumer.partitions_for_topic(ks.topic(name))
@@ -135,20 +187,21 @@ def check_topics(ks: KafkaSettings, ws: WorkerSettings) -> str | None:
             if name in (CONFIRMATIONS, ENTRIES) and len(parts) != ws.partitions:
                 return (f"topic {ks.topic(name)} has {len(parts)} partitions, "
                         f"TRANSCRIPT_PARTITIONS is {ws.partitions}")
+            counts[ks.topic(name)] = len(parts)
     finally:
         consumer.close()
-    return None
+    return counts
 
 
 def run(args: argparse.Namespace) -> int:
     ks, ws = kafka_settings(), worker_settings()  # a SettingsError is reported by the CLI (exit 2)
-    problem = check_topics(ks, ws)
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
+    counts = check_topics(ks, ws)
+    if isinstance(counts, str):
+        print(f"error: {counts}", file=sys.stderr)
         return 2
     from faust import Worker
 
-    app = build_app(ks, ws)
+    app = build_app(ks, ws, counts)
     Path(ws.state_dir).mkdir(parents=True, exist_ok=True)
     log.info("starting %s on %s (prefix %r)", app.conf.id, ks.bootstrap, ks.topic_prefix)
     worker = Worker(app, loglevel=ws.log_level, quiet=True, redirect_stdouts=False)

@@ -100,16 +100,23 @@ def without_written_at(entries: list[dict]) -> list[dict]:
     return [{k: v for k, v in e.items() if k != "written_at"} for e in entries]
 
 
-def group_lag(bootstrap: str, group: str, topic: str) -> int:
-    """Records of `topic` the group has not committed yet (all of them if it committed none)."""
+def group_lag(bootstrap: str, group: str, topic: str) -> int | None:
+    """Records of `topic` the group has not committed yet (all of them if it committed none);
+    None while the cluster cannot tell (a retriable error, e.g. the coordinator is moving)."""
     from kafka.admin import KafkaAdminClient
+    from kafka.errors import KafkaError
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     consumer = KafkaConsumer(bootstrap_servers=bootstrap)
     try:
         tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
         ends = consumer.end_offsets(tps)
-        offsets = admin.list_group_offsets(group).get(group, {})
+        try:
+            offsets = admin.list_group_offsets(group).get(group, {})
+        except KafkaError as exc:
+            if getattr(exc, "retriable", False):
+                return None
+            raise
         return sum(ends[tp] - (offsets[tp].offset if tp in offsets else 0) for tp in tps)
     finally:
         admin.close()

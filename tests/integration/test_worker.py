@@ -4,14 +4,17 @@ and two workers in one group."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 
 import pytest
 
+from tests.conftest import cli
 from tests.integration.harness import (
     Collector,
     group_of,
     replay_entries,
+    wait_drained,
     wait_members,
     without_written_at,
 )
@@ -128,6 +131,23 @@ def test_invalid_records_are_dead_lettered_and_neighbours_written(ks, workers):
     offsets = [int(dict(r.headers)["source.offset"]) for r in dlq.records]
     assert offsets == [1, 3, 5]
     assert w.stop() == 0
+
+
+def test_a_small_inbox_pauses_fetching_and_loses_nothing(ks, env, workers, kafka_bootstrap):
+    records = list(generate(20_000, sessions_n=300, seed=11))
+    publish(ks, ks.topic(CONFIRMATIONS), records)
+    # batches of 50: the inbox holds at most 4 batches before it pauses the partitions, and a
+    # fetch hands over at most one batch, so the backlog is taken in about 400 pause cycles
+    w = workers(TRANSCRIPT_MAX_BATCH="50")
+    wait_drained(kafka_bootstrap, group_of(env), ks.topic(CONFIRMATIONS), 300, [w])
+    assert w.stop() == 0
+    high_water = int(re.findall(r"stopped; .* inbox high-water (\d+)", w.log.read_text())[-1])
+    assert high_water <= 5 * 50
+    # the audit replays each partition in the order the worker read it (re-keyed records too)
+    done = cli("audit", "--json", env=env, timeout=300)
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, json.dumps(report, indent=1)
+    assert report["expected_entries"] > 10_000
 
 
 def test_restarted_worker_resumes_with_its_state(ks, env, workers):
