@@ -64,7 +64,7 @@ class Processor:
     def __init__(
         self, app: Any, inbox: Inbox, table: Any, owner: Owner, topic_names: dict[str, str],
         topic_partitions: dict[str, int], committed: CommittedOffsets,
-        new_producer: Callable[[], Any], *, max_batch: int = 2000, linger_s: float = 0.005,
+        new_producer: Callable[[], Any], *, max_batch: int = 20_000, linger_s: float = 0.005,
         cache_size: int = 200_000,
     ) -> None:
         self.committed, self.new_producer = committed, new_producer

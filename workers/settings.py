@@ -124,7 +124,7 @@ class WorkerSettings(BaseModel):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     web_port: int | None = Field(default=None, ge=1, le=65535)
     session_timeout_s: float = Field(default=10.0, ge=1.0)
-    max_batch: int = Field(default=2000, ge=1)
+    max_batch: int = Field(default=20_000, ge=1)
     linger_ms: float = Field(default=5.0, ge=0)
 
 

@@ -115,7 +115,7 @@ def producer_factory(ks: KafkaSettings, app_id: str):  # noqa: ANN201
 def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str, int]):
     import faust
 
-    inbox = Inbox(ks.topic(CONFIRMATIONS), maxsize=4 * ws.max_batch)
+    inbox = Inbox(ks.topic(CONFIRMATIONS), maxsize=2 * ws.max_batch)
     app = faust.App(
         ks.topic_prefix + ws.app_id,
         broker=";".join(f"kafka://{h.strip()}" for h in ks.bootstrap.split(",")),
@@ -134,8 +134,8 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         broker_commit_interval=1.0,  # acked offsets are committed within a second
         producer_max_request_size=4 * 1024 * 1024,
         consumer_max_fetch_size=1024 * 1024,
-        # a fetch hands over at most a batch: with the inbox's bound of 4 batches, the worker
-        # holds at most 5 batches of input records (plus one fetch per partition in aiokafka)
+        # a fetch hands over at most a batch: with the inbox's bound of 2 batches, the worker
+        # holds at most 3 batches of input records (plus one fetch per partition in aiokafka)
         broker_max_poll_records=ws.max_batch,
         ConsumerScheduler=scheduler_for(inbox),
     )
