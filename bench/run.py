@@ -1,6 +1,6 @@
 """`make bench`: throughput and latency of the worker, side by side with baselines of the same run.
 
-    .venv/bin/python bench/run.py [--records 100000] [--rate-seconds 16]
+    .venv/bin/python bench/run.py [--records 200000] [--rate-seconds 16]
                                   [--recovery-sessions 100000]
 
 One run on the local broker, on fresh topics under a unique prefix (deleted at the end):
@@ -104,7 +104,7 @@ def delete_groups(prefix: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--rates", default="500,1000,2000")
     parser.add_argument("--rate-seconds", type=float, default=16.0)
     parser.add_argument("--recovery-sessions", type=int, default=100_000)

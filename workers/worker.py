@@ -131,7 +131,7 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         web_port=ws.web_port or 6066,
         web_host="127.0.0.1",
         producer_acks=-1,
-        broker_commit_interval=1.0,  # acked offsets are committed within a second
+        broker_commit_interval=0.5,  # acked offsets are committed within half a second
         producer_max_request_size=4 * 1024 * 1024,
         consumer_max_fetch_size=1024 * 1024,
         # a fetch hands over at most a batch: with the inbox's bound of 2 batches, the worker
