@@ -6,6 +6,7 @@ One place for the wire form of outputs, so the worker writes and `audit` expects
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from schemas import Diagnostic, TranscriptEntry
 from workers.core import Outcome
@@ -21,9 +22,9 @@ _ENTRY = TranscriptEntry.__pydantic_serializer__
 _DIAGNOSTIC = Diagnostic.__pydantic_serializer__
 
 
-@dataclass(frozen=True, slots=True)
-class Source:
-    """Where an input record came from (for dead-letter headers)."""
+class Source(NamedTuple):
+    """Where an input record came from (for dead-letter headers). A NamedTuple: one is built
+    per record, at a third of a frozen dataclass's cost."""
 
     topic: str
     partition: int

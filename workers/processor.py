@@ -31,6 +31,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from faust.types import TP, ConsumerMessage
@@ -50,6 +51,20 @@ _LARGE_GAP = 1000  # a skipped range this long is worth a warning (records lost 
 CommittedOffsets = Callable[[list[TP]], Awaitable[dict[TP, int | None]]]
 
 
+class BatchClock:
+    """The entries' `written_at`: the wall clock read once per batch, as a batch is written
+    together (reading it per record cost about 4% of the worker's time)."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def tick(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
 @dataclass
 class _Cursor:
     """Where one partition stands in the current generation."""
@@ -64,9 +79,10 @@ class Processor:
     def __init__(
         self, app: Any, inbox: Inbox, table: Any, owner: Owner, topic_names: dict[str, str],
         topic_partitions: dict[str, int], committed: CommittedOffsets,
-        new_producer: Callable[[], Any], *, max_batch: int = 20_000, linger_s: float = 0.005,
-        cache_size: int = 200_000,
+        new_producer: Callable[[], Any], clock: BatchClock, *, max_batch: int = 20_000,
+        linger_s: float = 0.005, cache_size: int = 200_000,
     ) -> None:
+        self.clock = clock  # the owner's clock: ticked at the start of each batch
         self.committed, self.new_producer = committed, new_producer
         self.app, self.inbox, self.table, self.owner = app, inbox, table, owner
         self.topic_names = topic_names  # logical -> cluster name
@@ -188,6 +204,7 @@ class Processor:
         sends: list[Record] = []
         changed: dict[str, tuple[int, SessionState]] = {}
         source_name = self.source_name
+        self.clock.tick()
         for m in messages:
             step = handle(Source(source_name, m.partition, m.offset, m.key, m.value), self._load)
             for o in step.sends:

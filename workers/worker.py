@@ -14,13 +14,13 @@ import logging
 import ssl
 import sys
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 from workers.ingest import Inbox, input_topic, scheduler_for
 from workers.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
 from workers.owner import Owner
-from workers.processor import Processor
+from workers.processor import BatchClock, Processor
 from workers.settings import (
     KafkaSettings,
     WorkerSettings,
@@ -146,16 +146,15 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
     # faust derives a table's codecs from its types (json for bytes); SessionState has its own
     # byte form, so store it as is. Read by the store and changelog when first used.
     sessions.key_serializer = sessions.value_serializer = "raw"
+    clock = BatchClock()
     owner = Owner(
-        partitions=ws.partitions,
-        dedupe_window=timedelta(days=ws.dedupe_window_days),
-        clock=lambda: datetime.now(UTC),
+        partitions=ws.partitions, dedupe_window=timedelta(days=ws.dedupe_window_days), clock=clock,
     )
     processor = Processor(
         app, inbox, sessions, owner,
         {name: ks.topic(name) for name in (CONFIRMATIONS, ENTRIES, DIAGNOSTICS, DLQ)},
         topic_partitions, committed_offsets(ks, app.conf.id), producer_factory(ks, app.conf.id),
-        max_batch=ws.max_batch, linger_s=ws.linger_ms / 1000,
+        clock, max_batch=ws.max_batch, linger_s=ws.linger_ms / 1000,
     )
     app.task(processor.run)
 
