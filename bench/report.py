@@ -35,6 +35,12 @@ def table(r: dict) -> str:
                      f"{v['p99']:>9.1f}"
                      f"{v['max'] or float('nan'):>9.1f}{v['achieved_rate']:>12,.0f}"
                      f"{v['entries_measured']:>9,}")
+    a = r.get("audit")
+    if a:
+        lines += ["", f"audit after (c) and (d): {'clean' if a['clean'] else 'NOT CLEAN'} "
+                      f"({a['expected_entries']:,} entries expected, {a['actual_entries']:,} "
+                      f"read, {a['discrepancies']} discrepancies, {a['repeats']} repeated keys; "
+                      f"{a['seconds']}s)"]
     rec = r["recovery_s"]
     lines += [
         "",

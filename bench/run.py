@@ -9,6 +9,7 @@ One run on the local broker, on fresh topics under a unique prefix (deleted at t
   (c) the worker draining the same preloaded input (first output -> committed lag 0)
   (d) end-to-end latency at fixed input rates, the worker running throughout
   (e) recovery: restart with local RocksDB state kept, and with the state dir wiped
+then `audit` of all the worker wrote in (c) and (d).
 Writes bench/results/latest.json and latest.png, and prints a table.
 """
 
@@ -88,6 +89,17 @@ def faust_noop(prefix: str, n: int, workdir: Path, timeout: float = 300) -> dict
             "startup_s": r["first"] - started}
 
 
+def audit(prefix: str, timeout: float = 600) -> dict:
+    """`transcript-owner audit` of everything the worker wrote: correctness after optimising."""
+    done = subprocess.run([sys.executable, "-m", "workers", "audit", "--json", "--no-progress"],
+                          cwd=ROOT, env=env_for(prefix), capture_output=True, timeout=timeout)
+    report = json.loads(done.stdout)
+    return {"clean": done.returncode == 0, "seconds": None,
+            "expected_entries": report["expected_entries"],
+            "actual_entries": report["actual_entries"], "repeats": report["repeats"],
+            "discrepancies": sum(report["discrepancies"].values())}
+
+
 def delete_groups(prefix: str) -> None:
     from kafka.admin import KafkaAdminClient
 
@@ -163,6 +175,14 @@ def main(argv: list[str] | None = None) -> int:
             result["latency_ms"][str(rate)] = lat
             log(f"  {rate}/s: {lat}")
         worker.stop()
+
+        log("audit of all the worker wrote (replays the input)")
+        t = time.monotonic()
+        result["audit"] = audit(prefix)
+        result["audit"]["seconds"] = round(time.monotonic() - t, 1)
+        log(f"  {result['audit']}")
+        if not result["audit"]["clean"]:
+            result["missing"].append("audit: NOT clean")
 
         log(f"(e) recovery with {args.recovery_sessions:,} sessions of state")
         try:
