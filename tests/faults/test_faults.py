@@ -89,6 +89,13 @@ def audit(env) -> dict:
     return report
 
 
+def drained_and_audited(feeder: Feeder, env, ks, w: WorkerProcess) -> tuple[int, dict]:
+    """Once the whole input is published and committed: how many records, and the audit."""
+    records = feeder.finish()
+    wait_drained(env["KAFKA_BOOTSTRAP"], group_of(env), ks.topic(CONFIRMATIONS), 600, [w])
+    return records, audit(env)
+
+
 def record(name: str, figures: dict) -> None:
     out = ROOT / "var" / "faults"
     out.mkdir(parents=True, exist_ok=True)
@@ -136,9 +143,7 @@ def test_kill_9_at_random_points(ks, env, feed, workers, tmp_path):
         t0 = time.time()
         w = workers(f"w{i}", state)
         recoveries.append(recovery_after(entries, t0, w))
-    records = feeder.finish()
-    wait_drained(env["KAFKA_BOOTSTRAP"], group_of(env), ks.topic(CONFIRMATIONS), 600, [w])
-    report = audit(env)
+    records, report = drained_and_audited(feeder, env, ks, w)
     assert report["expected_entries"] > 30_000
     record("kill_9", {"records": records, "kills": len(points), "repeats": report["repeats"],
                       "recovery_s": recoveries, "entries": report["expected_entries"]})
@@ -168,9 +173,7 @@ def test_broker_restart(ks, env, feed, workers, tmp_path):
         for recs in entries.consumer.poll(timeout_ms=500).values():
             entries.records.extend(recs)
     recovery = recovery_after(entries, t0, w)
-    records = feeder.finish()
-    wait_drained(env["KAFKA_BOOTSTRAP"], group_of(env), ks.topic(CONFIRMATIONS), 600, [w])
-    report = audit(env)
+    records, report = drained_and_audited(feeder, env, ks, w)
     record("broker_restart", {"records": records, "broker_restarts": 1,
                               "worker_restarts": restarts, "repeats": report["repeats"],
                               "recovery_s": recovery, "entries": report["expected_entries"]})
@@ -189,9 +192,7 @@ def test_rebalance_second_worker_joins_and_leaves(ks, env, feed, workers, tmp_pa
     t0 = time.time()
     assert w2.stop() == 0  # leaves: its partitions move back to w1
     recovery = recovery_after(entries, t0, w1)
-    records = feeder.finish()
-    wait_drained(env["KAFKA_BOOTSTRAP"], group_of(env), ks.topic(CONFIRMATIONS), 600, [w1])
-    report = audit(env)
+    records, report = drained_and_audited(feeder, env, ks, w1)
     record("rebalance", {"records": records, "workers": 2, "repeats": report["repeats"],
                          "recovery_s": recovery, "entries": report["expected_entries"]})
     assert w1.stop() == 0
@@ -208,9 +209,7 @@ def test_wiped_local_state_recovers_from_changelog(ks, env, feed, workers, tmp_p
     t0 = time.time()
     w = workers("w1", state)
     recovery = recovery_after(entries, t0, w)
-    records = feeder.finish()
-    wait_drained(env["KAFKA_BOOTSTRAP"], group_of(env), ks.topic(CONFIRMATIONS), 600, [w])
-    report = audit(env)
+    records, report = drained_and_audited(feeder, env, ks, w)
     record("wiped_state", {"records": records, "kills": 1, "repeats": report["repeats"],
                            "recovery_s": recovery, "entries": report["expected_entries"]})
     assert w.stop() == 0
