@@ -7,10 +7,17 @@ it by Rule 2; it never rewrites a job from the model (it patches the raw row), s
 this file does not know survive a rewrite untouched.
 
 Validation is strict (JSON types as they are: `"true"` is not a boolean) and unknown fields
-are allowed at every level (a newer gateway may add some). It checks what the doctor needs
-to trust: the id, the session target, the delivery, the shapes of schedule and payload. The
-run bookkeeping in `state` is typed loosely (`str`, not an enum): a status value the gateway
-adds later must not get a job quarantined.
+are allowed at every level (a newer gateway may add some). Two models read a row:
+
+- `JobTarget`: only what Rule 2 reads (id, sessionTarget, the legacy `isolated`, agentId,
+  where the delivery goes, an agentTurn payload's legacy delivery, migratedFrom). A row
+  whose id or session target is unusable cannot be handled and is quarantined; any other
+  field of it that does not validate is left out of the decision (see job_modes.classify).
+- `ScheduledJob`: the whole row (schedule, payload, enabled, timestamps, state, …). Its
+  problems are warnings: the job is kept as it is, never rewritten for them.
+
+The run bookkeeping in `state` is typed loosely (`str`, not an enum): a status value the
+gateway adds later is no problem at all.
 
     sessionTarget   main | isolated | current | session:<key>   (absent: legacy, see below)
     schedule        {kind: at, at | atMs} | {kind: every, everyMs, anchorMs?}
@@ -101,18 +108,23 @@ class SystemEventPayload(StoreModel):
     text: str | None = None
 
 
-class AgentTurnPayload(StoreModel):
-    """An agent turn; legacy jobs carry their delivery here (deliver/channel/provider/to)."""
+class TurnDelivery(StoreModel):
+    """What Rule 2 reads of an agentTurn payload: the delivery legacy jobs carry there."""
 
     kind: Literal["agentTurn"]
-    message: str | None = None
-    model: str | None = None
-    thinking: str | None = None
-    timeout_seconds: int | float | None = None
     deliver: bool | None = None
     channel: str | None = None
     provider: str | None = None  # legacy name of `channel`
     to: str | None = None
+
+
+class AgentTurnPayload(TurnDelivery):
+    """An agent turn; legacy jobs carry their delivery here (deliver/channel/provider/to)."""
+
+    message: str | None = None
+    model: str | None = None
+    thinking: str | None = None
+    timeout_seconds: int | float | None = None
     best_effort_deliver: bool | None = None
 
 
@@ -141,7 +153,7 @@ JobPayload = Annotated[
 ]
 
 
-class JobDelivery(StoreModel):
+class DeliveryTarget(StoreModel):
     """Where a run's result goes. `channel: "last"` is the chat the job's session last used."""
 
     mode: DeliveryMode
@@ -149,6 +161,11 @@ class JobDelivery(StoreModel):
     to: str | None = None
     account_id: str | None = None
     thread_id: str | int | None = None
+
+
+class JobDelivery(DeliveryTarget):
+    """The whole delivery: its target, and how the gateway handles a failed send."""
+
     best_effort: bool | None = None
     failure_destination: dict[str, Any] | None = None
 
@@ -214,15 +231,57 @@ class ScheduledJob(StoreModel):
     migrated_from: MigratedFrom | None = None
 
 
+def _turn_tag(value: Any) -> str:
+    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+    return "agentTurn" if kind == "agentTurn" else "other"
+
+
+# Only an agentTurn payload carries a delivery; Rule 2 reads any other payload as nothing.
+TargetPayload = Annotated[
+    Annotated[TurnDelivery, Tag("agentTurn")] | Annotated[Any, Tag("other")],
+    Discriminator(_turn_tag),
+]
+
+
+class JobTarget(StoreModel):
+    """What Rule 2 reads of a job row (the rest of the row is ScheduledJob's business).
+
+    `id` and `sessionTarget` must be usable for the row to be handled at all; a row where
+    another of these fields does not validate is read without it (job_modes.plan_store).
+    """
+
+    id: JobId
+    agent_id: Annotated[str, StringConstraints(pattern=AGENT_ID_PATTERN)] | None = None
+    session_target: SessionTarget | None = None
+    isolated: bool | None = None  # legacy spelling of sessionTarget isolated
+    delivery: DeliveryTarget | None = None
+    payload: TargetPayload = None
+    migrated_from: MigratedFrom | None = None
+
+
 _TAGGED = ("schedule", "payload")  # fields that are discriminated unions on `kind`
 
 
 def job_problems(exc: ValidationError, limit: int = 3) -> str:
     """One line naming each invalid field: `delivery.mode: must be one of …; …`."""
-    errors = exc.errors(include_url=False, include_input=False)
-    parts = [_describe(err) for err in errors[:limit]]
-    extra = len(errors) - len(parts)
-    return "; ".join(parts) + (f" (+{extra} more)" if extra > 0 else "")
+    parts = problem_list(exc)
+    shown = parts[:limit]
+    extra = len(parts) - len(shown)
+    return "; ".join(shown) + (f" (+{extra} more)" if extra > 0 else "")
+
+
+def problem_list(exc: ValidationError) -> list[str]:
+    """Each invalid field and its problem: `delivery.mode: must be one of …` (no values)."""
+    return [_describe(err) for err in exc.errors(include_url=False, include_input=False)]
+
+
+def problem_field(exc: ValidationError) -> dict[str, list[str]]:
+    """The problems of `exc` by the top-level field they are in (as the input spells it)."""
+    out: dict[str, list[str]] = {}
+    for err in exc.errors(include_url=False, include_input=False):
+        top = str(err["loc"][0]) if err["loc"] else ""
+        out.setdefault(top, []).append(_describe(err))
+    return out
 
 
 def _describe(err: Any) -> str:
@@ -263,6 +322,7 @@ __all__ = [
     "AtSchedule",
     "CronSchedule",
     "DeliveryMode",
+    "DeliveryTarget",
     "DeliveryStatus",
     "EverySchedule",
     "FailureAlert",
@@ -270,6 +330,7 @@ __all__ = [
     "JobPayload",
     "JobSchedule",
     "JobState",
+    "JobTarget",
     "MigratedFrom",
     "OtherPayload",
     "RunStatus",
@@ -277,5 +338,8 @@ __all__ = [
     "SessionTarget",
     "StoreModel",
     "SystemEventPayload",
+    "TurnDelivery",
     "job_problems",
+    "problem_field",
+    "problem_list",
 ]

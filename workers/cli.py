@@ -2,6 +2,10 @@
 
 Command modules are imported lazily so that `replay` (no Kafka) never pays for faust's import.
 Each module exposes `add_arguments(parser)` and `run(args) -> int` (the exit code).
+
+No traceback reaches a user: an exception a command did not handle prints one line,
+`error: <class>: <message>` (the message clipped), and exits 2. Usage errors (argparse) and
+SystemExit (the worker: faust exits through it) pass through unchanged; Ctrl-C exits 130.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ import importlib
 import sys
 
 from workers.settings import SettingsError
+
+MAX_ERROR_CHARS = 300  # of an unexpected exception's message, on stderr
 
 # command name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -40,9 +46,9 @@ def build_parser(command: str | None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = next((a for a in argv if not a.startswith("-")), None)
-    args = build_parser(command).parse_args(argv)
-    module = importlib.import_module(args._module)
     try:
+        args = build_parser(command).parse_args(argv)
+        module = importlib.import_module(args._module)
         return int(module.run(args) or 0)
     except SettingsError as exc:  # the environment names no usable configuration
         print(f"error: {exc}", file=sys.stderr)
@@ -52,6 +58,17 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         sys.stderr.close()
         return 0
+    except Exception as exc:  # a bug or an unforeseen input: one line, never a traceback
+        print(f"error: {_unexpected(exc)}", file=sys.stderr)
+        return 2
+
+
+def _unexpected(exc: BaseException) -> str:
+    """`<class>: <message>`, the message on one line and clipped to MAX_ERROR_CHARS."""
+    message = " ".join(str(exc).split())
+    if len(message) > MAX_ERROR_CHARS:
+        message = message[: MAX_ERROR_CHARS - 1] + "…"
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
 if __name__ == "__main__":

@@ -6,6 +6,17 @@ migrated or quarantined. A `session:<key>` job that delivers elsewhere must beco
 background job with its own session; it loses the <key> conversation as context, and the
 report says so for each such job. Without --fix nothing is written.
 
+Only a row Rule 2 cannot handle is quarantined: not an object, no usable id, a duplicate id,
+an unusable session target. A row with other problems (`enabled: "true"`, a float
+`createdAtMs`, a schedule kind the doctor does not know) is kept as it is, and each problem
+is a warning in the report (text and --json); a job whose mode or delivery depends on an
+unreadable field is kept and flagged for review.
+
+The store is rewritten as it was read: every number keeps the text it had (`1e400`, `1E5`,
+`-0`; JSON has no Infinity, and Python would write `1e400` as one), and so does every other
+value. A store holding NaN or Infinity (not JSON), or nested more than MAX_DEPTH levels
+deep, is refused (exit 2, naming the line).
+
 --fix rewrites JOBS_FILE, and only when something changes:
 
   1. the new store goes to a temporary file beside JOBS_FILE (fsynced, same permissions);
@@ -23,8 +34,9 @@ report says so for each such job. Without --fix nothing is written.
 The check in step 3 narrows the race with a running gateway but cannot close it (the
 gateway takes no file lock): stop the gateway for a guaranteed rewrite.
 
-Exit codes: 0 nothing to migrate or quarantine; 1 something must be (or, with --fix, was)
-migrated or quarantined; 2 the file cannot be read as a job store, or --fix refused.
+Exit codes: 0 nothing to migrate or quarantine (warnings and jobs to review included); 1
+something must be (or, with --fix, was) migrated or quarantined; 2 the file cannot be read as
+a job store (the message names the file, and the line or field), or --fix refused.
 """
 
 from __future__ import annotations
@@ -32,6 +44,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import re
 import sys
@@ -56,6 +69,7 @@ from workers.core.session_keys import DM_SCOPES, DmScope
 BACKUP_SUFFIX = ".bak-"
 LEDGER_SUFFIX = ".doctor-ledger.jsonl"
 QUARANTINE_SUFFIX = ".quarantine.json"
+MAX_DEPTH = 200  # levels of nesting in a store (pydantic's limit for JSON, too)
 
 
 class DoctorError(Exception):
@@ -193,12 +207,12 @@ def read_store(path: Path) -> tuple[Snapshot, dict[str, Any]]:
     except UnicodeDecodeError as exc:
         raise UnreadableStore(f"{path}: not UTF-8 (byte {exc.start})") from None
     try:
-        doc = json.loads(text, parse_constant=_reject_constant)
+        doc = load_json(text)
     except json.JSONDecodeError as exc:
         raise UnreadableStore(
             f"{path}: not JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}"
         ) from None
-    except ValueError as exc:
+    except ValueError as exc:  # NotJson among them: NaN, Infinity, too deep
         raise UnreadableStore(f"{path}: not JSON: {exc}") from None
     problem = store_problem(doc)
     if problem is not None:
@@ -207,10 +221,6 @@ def read_store(path: Path) -> tuple[Snapshot, dict[str, Any]]:
         path, raw, hashlib.sha256(raw).hexdigest(), _identity(st), st.st_mode & 0o7777
     )
     return snapshot, doc
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON value")
 
 
 def _identity(st: os.stat_result) -> tuple[int, int, int]:
@@ -226,7 +236,7 @@ def apply(
 ) -> Applied:
     """Write the plan (steps 1-6 of the module docstring). StoreChanged when refused."""
     path = snapshot.path
-    text = json.dumps(plan.store, indent=2, ensure_ascii=False)
+    text = dump_json(plan.store, indent=2)
     if snapshot.raw.endswith(b"\n"):
         text += "\n"
     temp = _write_temp(path, text.encode("utf-8"), snapshot.mode)
@@ -309,7 +319,7 @@ def _write_quarantine(path: Path, plan: Plan, mode: int) -> Path:
     existing: list[Mapping[str, Any]] = []
     if qpath.exists():
         try:
-            doc = json.loads(qpath.read_text("utf-8"))
+            doc = load_json(qpath.read_text("utf-8"))
             existing = doc["quarantine"]
             if not isinstance(existing, list):
                 raise TypeError("quarantine is not an array")
@@ -318,7 +328,7 @@ def _write_quarantine(path: Path, plan: Plan, mode: int) -> Path:
                 f"{qpath}: cannot add to the quarantine file ({exc}); nothing was written"
             ) from None
     merged = {"version": 1, "quarantine": merge_quarantine(existing, plan.quarantine)}
-    data = (json.dumps(merged, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    data = (dump_json(merged, indent=2) + "\n").encode("utf-8")
     temp = _write_temp(qpath, data, mode)
     try:
         os.replace(temp, qpath)
@@ -332,7 +342,7 @@ def _append_ledger(path: Path, plan: Plan, now: datetime, backup: Path) -> Path:
     ledger = path.with_name(path.name + LEDGER_SUFFIX)
     at = now.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     lines = [
-        json.dumps(
+        dump_json(
             {
                 "at": at,
                 "by": DOCTOR,
@@ -345,7 +355,7 @@ def _append_ledger(path: Path, plan: Plan, now: datetime, backup: Path) -> Path:
                 "before": c.before,
                 "after": c.after,
             },
-            ensure_ascii=False,
+            indent=None,
         )
         + "\n"
         for c in plan.changes
@@ -370,15 +380,174 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+# --- the store's JSON text: values written back as they were read ---------------------------
+
+
+class NotJson(ValueError):
+    """The text holds NaN or Infinity, or nests more than MAX_DEPTH levels (line, column)."""
+
+
+class JsonFloat(float):
+    """A JSON number with a fraction or an exponent: its value, and the text it was read as.
+
+    Validation sees the value (`1e400` is inf); `dump_json` writes the text back, so a
+    number Python would spell differently (or not as JSON at all) stays as the gateway wrote
+    it. repr is the text too: two numbers are one only when they were written alike.
+    """
+
+    __slots__ = ("text",)
+    text: str
+
+    def __new__(cls, text: str) -> JsonFloat:
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+class JsonInt(int):
+    """An integer written unlike Python's spelling of its value (`-0`): kept as written."""
+
+    text: str
+
+    def __new__(cls, text: str) -> JsonInt:
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+def _int(text: str) -> int | JsonFloat:
+    try:
+        value = int(text)
+    except ValueError:  # more digits than Python converts: a number all the same
+        return JsonFloat(text)
+    return value if repr(value) == text else JsonInt(text)
+
+
+class _Constant(ValueError):
+    pass
+
+
+def _reject_constant(name: str) -> Any:
+    raise _Constant(name)
+
+
+NEWLINE = "\n"
+_encode_string: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
+# Outside strings, the tokens that nest, and the constants JSON does not have.
+_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]|NaN|-?Infinity')
+
+
+def load_json(text: str) -> Any:
+    """json.loads, but numbers keep their text (JsonFloat, JsonInt); NotJson for NaN,
+    Infinity or nesting deeper than MAX_DEPTH, naming the line and column."""
+    too_deep = f"nested more than {MAX_DEPTH} levels deep"
+    try:
+        value = json.loads(
+            text, parse_float=JsonFloat, parse_int=_int, parse_constant=_reject_constant
+        )
+    except _Constant as exc:
+        where = _where(text, _first(text, "constant"))
+        raise NotJson(f"{where}{exc} is not a JSON value") from None
+    except RecursionError:
+        raise NotJson(f"{_where(text, _first(text, 'deep'))}{too_deep}") from None
+    deep = _first(text, "deep")
+    if deep is not None:
+        raise NotJson(f"{_where(text, deep)}{too_deep}")
+    return value
+
+
+def _first(text: str, what: str) -> int | None:
+    """The offset of the first constant, or of the first bracket past MAX_DEPTH levels.
+
+    Exact on a text that is JSON up to that point (json.loads got past it, or stopped there).
+    """
+    depth = 0
+    for m in _TOKENS.finditer(text):
+        token = m.group()
+        if token in ("[", "{"):
+            depth += 1
+            if what == "deep" and depth > MAX_DEPTH:
+                return m.start()
+        elif token in ("]", "}"):
+            depth -= 1
+        elif what == "constant" and token[0] != '"':
+            return m.start()
+    return None
+
+
+def _where(text: str, offset: int | None) -> str:
+    """`line N, column C: ` of an offset (as json's errors count them); "" for None."""
+    if offset is None:
+        return ""
+    line = text.count(NEWLINE, 0, offset) + 1
+    return f"line {line}, column {offset - text.rfind(NEWLINE, 0, offset)}: "
+
+
+def dump_json(value: Any, *, indent: int | None) -> str:
+    """json.dumps(value, indent=indent, ensure_ascii=False), numbers from load_json written
+    as they were read. Raises ValueError on a NaN or an infinity of another origin."""
+    out: list[str] = []
+    _dump(value, indent, 0, out)
+    return "".join(out)
+
+
+def _dump(value: Any, indent: int | None, level: int, out: list[str]) -> None:
+    if isinstance(value, str):
+        out.append(_encode_string(value))
+    elif value is None or value is True or value is False:
+        out.append({None: "null", True: "true", False: "false"}[value])
+    elif isinstance(value, JsonFloat | JsonInt):
+        out.append(value.text)
+    elif isinstance(value, int):
+        out.append(int.__repr__(value))
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{value!r} has no JSON spelling")
+        out.append(float.__repr__(value))
+    elif isinstance(value, dict | list | tuple):
+        items = list(value.items()) if isinstance(value, dict) else list(value)
+        brackets = "{}" if isinstance(value, dict) else "[]"
+        if not items:
+            out.append(brackets)
+            return
+        inner = "" if indent is None else "\n" + " " * (indent * (level + 1))
+        sep = ", " if indent is None else "," + inner
+        out.append(brackets[0] + inner)
+        for n, item in enumerate(items):
+            if n:
+                out.append(sep)
+            if isinstance(value, dict):
+                key, item = item
+                out.append(_encode_string(str(key)) + ": ")
+            _dump(item, indent, level + 1, out)
+        out.append(("" if indent is None else "\n" + " " * (indent * level)) + brackets[1])
+    else:
+        raise TypeError(f"{type(value).__name__} is not a JSON value")
+
+
 # --- output -------------------------------------------------------------------------------
 
 
 def to_json(report: Report) -> dict[str, Any]:
-    """{"jobs": [{id, name, mode, action, reason}], "summary": {...}} (--json)."""
+    """{"jobs": [{id, name, mode, action, reason, review, warnings}], "summary": {...}}."""
     a = report.applied
     return {
         "jobs": [
-            {"id": v.job_id, "name": v.name, "mode": v.mode, "action": v.action, "reason": v.reason}
+            {
+                "id": v.job_id,
+                "name": v.name,
+                "mode": v.mode,
+                "action": v.action,
+                "reason": v.reason,
+                "review": v.review,
+                "warnings": list(v.warnings),
+            }
             for v in report.plan.verdicts
         ],
         "summary": {
@@ -421,7 +590,8 @@ def render_text(report: Report) -> str:
     n = plan.counts()
     tally = f"{n['in_chat']} in chat, {n['background']} background"
     if not plan.needs_changes:
-        done = "Nothing to do" if not n["review"] else "Nothing to migrate or quarantine"
+        quiet = not (n["review"] or n["warned"])
+        done = "Nothing to do" if quiet else "Nothing to migrate or quarantine"
         lines.append(f"{tally}. {done}: every job runs in one mode.")
     elif applied is None:
         lines.append(
@@ -441,9 +611,20 @@ def render_text(report: Report) -> str:
         )
     if n["review"]:
         lines.append(
-            f"{n['review']} job(s) kept in chat whose delivery could not be resolved: "
+            f"{n['review']} job(s) kept whose mode or delivery could not be resolved: "
             "check them by hand."
         )
+    if n["warned"]:
+        lines += [
+            "",
+            f"Warnings: {n['warned']} job(s) kept as they are, with fields the doctor does not "
+            "need for Rule 2 but the gateway may reject:",
+            *(
+                f"  jobs[{v.index}] {v.job_id}: {warning}"
+                for v in plan.verdicts
+                for warning in v.warnings
+            ),
+        ]
     return "\n".join(lines)
 
 

@@ -13,7 +13,9 @@ epoch and media names). Blank lines are skipped; line numbers still count them.
 Prints one JSON object: `{"messages": [...]}` (openai, anthropic, strict) or
 `{"contents": [...]}` (gemini); the rules are in workers/core/provider_replay.py. Exit 0;
 exit 2 on invalid input, one `render: line N: FIELD: problem` line each on stderr (never the
-message text).
+message text). JSON has no NaN or Infinity: a line holding one anywhere, even in a field
+`render` ignores, is invalid; so are tool arguments that hold a number beyond a double
+(1e400) or nest too deeply. The output is strict JSON.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(f"render: {e}" for e in shown + more), file=sys.stderr)
         return 2
     request = render([line for _, line in lines], args.provider, all_epochs=args.all_epochs)
-    sys.stdout.write(json.dumps(request, ensure_ascii=False) + "\n")
+    sys.stdout.write(json.dumps(request, ensure_ascii=False, allow_nan=False) + "\n")
     sys.stdout.flush()
     return 0
 
@@ -92,6 +94,10 @@ def read_history(
     for number, raw in enumerate(source, 1):
         if not raw.strip():
             continue
+        constant = non_json_constant(raw)
+        if constant is not None:
+            errors.append(f"line {number}: {constant}")
+            continue
         try:
             record = _LINE.validate_json(raw)
         except ValidationError as exc:
@@ -104,6 +110,45 @@ def read_history(
         found = problems([line for _, line in lines])
         errors += [f"line {numbers[p.index]}: {p.field}: {p.problem}" for p in found]
     return lines, errors
+
+
+class _Constant:
+    """Where json.loads met NaN, Infinity or -Infinity (pydantic would read them as floats)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def non_json_constant(raw: bytes) -> str | None:
+    """`FIELD: NaN is not JSON` for the first NaN/Infinity/-Infinity in the line, else None.
+
+    The path stops at a tool call's `arguments`: what lies below it is the tool's input.
+    """
+    if b"NaN" not in raw and b"Infinity" not in raw:
+        return None  # the common case: no second parse
+    try:
+        value = json.loads(raw, parse_constant=_Constant)
+    except (ValueError, RecursionError):
+        return None  # not JSON, or too deep: pydantic names the problem
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(value, ())]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, _Constant):
+            cut = path.index("arguments") + 1 if "arguments" in path else len(path)
+            where = _path(path[:cut])
+            return f"{where}: {item.name} is not JSON" if where else f"{item.name} is not JSON"
+        if isinstance(item, dict):
+            stack += [(v, (*path, k)) for k, v in reversed(item.items())]
+        elif isinstance(item, list):
+            stack += [(v, (*path, i)) for i, v in reversed(list(enumerate(item)))]
+    return None
+
+
+def _path(loc: tuple[str | int, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
 
 
 def _reason(exc: ValidationError) -> str:

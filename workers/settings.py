@@ -31,6 +31,10 @@ ENV = {
 
 M = TypeVar("M", bound=BaseModel)
 
+# The longest dedupe window a worker accepts (ten years): finite, and far within what
+# timedelta and the state's millisecond expiries can hold.
+MAX_DEDUPE_WINDOW_DAYS = 3650
+
 
 class SettingsError(Exception):
     """The environment does not describe a usable configuration; the message names the variable."""
@@ -118,7 +122,9 @@ class WorkerSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     app_id: str = Field(default="transcript-owner", pattern=r"^[A-Za-z0-9._-]+$")
-    dedupe_window_days: float = Field(default=7.0, gt=0)
+    dedupe_window_days: float = Field(
+        default=7.0, gt=0, le=MAX_DEDUPE_WINDOW_DAYS, allow_inf_nan=False
+    )
     state_dir: str = "var/state"
     partitions: int = Field(default=8, ge=1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"

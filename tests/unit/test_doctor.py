@@ -12,10 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import workers.doctor as doctor_mod
 from workers.cli import main
-from workers.doctor import StoreChanged, doctor
+from workers.core.job_modes import migrated_row
+from workers.doctor import StoreChanged, doctor, dump_json, load_json
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "tests" / "unit" / "data" / "jobs" / "sample-store.json"
@@ -103,7 +106,9 @@ def test_json_report_shape(store: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert code == 1
     doc = json.loads(out)
     assert list(doc) == ["jobs", "summary"]
-    assert all(list(j) == ["id", "name", "mode", "action", "reason"] for j in doc["jobs"])
+    keys = ["id", "name", "mode", "action", "reason", "review", "warnings"]
+    assert all(list(j) == keys for j in doc["jobs"])
+    assert not any(j["review"] or j["warnings"] for j in doc["jobs"])
     assert [(j["id"][:8], j["mode"], j["action"]) for j in doc["jobs"]] == SAMPLE_VERDICTS
     assert doc["summary"] == {
         "file": str(store),
@@ -115,6 +120,7 @@ def test_json_report_shape(store: Path, capsys: pytest.CaptureFixture[str]) -> N
         "migrated": 2,
         "quarantined": 1,
         "review": 0,
+        "warned": 0,
         "fixed": False,
         "backup": None,
         "ledger": None,
@@ -227,7 +233,7 @@ def test_fix_output_names_backup_and_ledger(
 
 def test_quarantine_appends_to_an_existing_file_and_never_repeats(tmp_path: Path) -> None:
     path = tmp_path / "jobs.json"
-    bad = {"id": "x", "schedule": "every day", "payload": {"kind": "systemEvent"}}
+    bad = {"id": "x", "sessionTarget": "sometimes", "payload": {"kind": "systemEvent"}}
     write_store(path, [bad])
     qfile = tmp_path / "jobs.json.quarantine.json"
     earlier = {"job": {"id": "old"}, "reason": "earlier", "index": 0, "at": "t", "by": "someone"}
@@ -314,7 +320,19 @@ def test_the_cli_exits_2_and_leaves_the_file_untouched_when_it_changed_mid_run(
     [
         ('{"version": 1,\n  "jobs": [\n    {"id": "a",}\n  ]\n}', "not JSON: line 3, column 16"),
         ("", "not JSON: line 1, column 1"),
-        ('{"version": 1, "jobs": [NaN]}', "not JSON: NaN is not a JSON value"),
+        ('{"version": 1, "jobs": [NaN]}', "not JSON: line 1, column 25: NaN is not a JSON value"),
+        (
+            '{"version": 1,\n  "jobs": [{"id": "a", "n": "NaN", "x": -Infinity}]}',
+            "not JSON: line 2, column 41: -Infinity is not a JSON value",
+        ),
+        (
+            '{"version": 1, "jobs": [' + "[" * 10_000 + "]" * 10_000 + "]}",
+            "not JSON: line 1, column 223: nested more than 200 levels deep",
+        ),
+        (
+            '{"version": 1,\n "jobs": [{"id": "a", "blob": ' + "[" * 300 + "]" * 300 + "}]}",
+            "not JSON: line 2, column 228: nested more than 200 levels deep",
+        ),
         ("[1, 2]", "not a job store: top level: must be a JSON object"),
         ('{"version": 1}', "not a job store: jobs: field required"),
         ('{"version": 1, "jobs": {"a": {}}}', "not a job store: jobs: must be a JSON array"),
@@ -418,6 +436,142 @@ def test_non_ascii_text_is_kept_as_written(tmp_path: Path) -> None:
     doctor(path, fix=True, dm_scope="per-channel-peer", now=NOW)
     text = path.read_text("utf-8")
     assert "Frühstück ☕" in text
+
+
+# --- numbers, and every other value, are written back as they were read ----------------------
+
+# Numbers Python would write back otherwise: 1e400 as Infinity (not JSON: neither Node nor the
+# doctor reads it back), 1E5 as 100000.0, -0 as 0, 0.10 as 0.1, a 5,000-digit integer not at all.
+ODD_NUMBERS = ["1e400", "-1e400", "1E5", "-0", "0.10", "1e-400", "1767250800000.0", "9" * 5000]
+
+
+def _with_literals(doc: Any) -> str:
+    """doc as json.dumps(indent=2) writes it, each string "#N" replaced by ODD_NUMBERS[N]."""
+    text = json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    for n, literal in enumerate(ODD_NUMBERS):
+        text = text.replace(f'"#{n}"', literal)
+    return text
+
+
+def _strict(text: str) -> Any:
+    def refuse(name: str) -> Any:
+        raise AssertionError(f"{name} written: not JSON")
+
+    return json.loads(text, parse_constant=refuse, parse_int=str, parse_float=str)
+
+
+def test_fix_writes_every_number_back_as_it_was_read(tmp_path: Path) -> None:
+    numbers = {"createdAtMs": "#6", "custom": [f"#{n}" for n in range(len(ODD_NUMBERS))]}
+    staying = sample_job(id="staying", delivery={"mode": "none"}, **numbers)
+    moving = sample_job(
+        id="moving", delivery={"mode": "announce", "channel": "telegram", "to": "43"}
+    )
+    moving.update(numbers)
+    duplicate = {**staying, "name": "a restored copy"}
+    path = tmp_path / "jobs.json"
+    path.write_text(_with_literals({"version": 1, "jobs": [staying, moving, duplicate]}), "utf-8")
+
+    report = doctor(path, fix=True, dm_scope="per-channel-peer", now=NOW)
+    assert [v.action for v in report.plan.verdicts] == ["kept", "migrated", "quarantined"]
+    assert report.plan.verdicts[0].warnings == ("createdAtMs: input should be a valid integer",)
+    # byte for byte what the gateway wrote, but for the migration of sessionTarget
+    reason = report.plan.verdicts[1].reason
+    migrated = migrated_row(moving, reason=reason, at="2026-01-15T09:30:00Z")
+    written = path.read_text("utf-8")
+    assert written == _with_literals({"version": 1, "jobs": [staying, migrated]})
+    _strict(written)
+    # the quarantined copy and the ledger keep the numbers too
+    quarantine = (tmp_path / "jobs.json.quarantine.json").read_text("utf-8")
+    (entry,) = _strict(quarantine)["quarantine"]
+    assert entry["job"]["custom"] == ODD_NUMBERS and entry["job"]["createdAtMs"] == ODD_NUMBERS[6]
+    ledger = (tmp_path / "jobs.json.doctor-ledger.jsonl").read_text("utf-8").splitlines()
+    assert _strict(ledger[1])["before"]["job"]["custom"] == ODD_NUMBERS
+    assert "Infinity" not in written + quarantine + "".join(ledger)
+
+
+def test_a_rerun_finds_the_quarantined_row_with_its_numbers_and_adds_no_copy(
+    tmp_path: Path,
+) -> None:
+    row = {**sample_job(id="a"), "n": "#0"}
+    path = tmp_path / "jobs.json"
+    for _ in range(2):  # the second time: as after a crash between quarantine and replace
+        path.write_text(_with_literals({"version": 1, "jobs": [sample_job(id="a"), row]}))
+        doctor(path, fix=True, dm_scope="per-channel-peer", now=NOW)
+    quarantine = (tmp_path / "jobs.json.quarantine.json").read_text("utf-8")
+    assert len(_strict(quarantine)["quarantine"]) == 1 and quarantine.count("1e400") == 1
+    # another number, even one with the same value as a double, is another row
+    path.write_text(
+        _with_literals({"version": 1, "jobs": [sample_job(id="a"), {**row, "n": "#1"}]})
+    )
+    doctor(path, fix=True, dm_scope="per-channel-peer", now=NOW)
+    assert len(_strict((tmp_path / "jobs.json.quarantine.json").read_text())["quarantine"]) == 2
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@given(_JSON, st.sampled_from([2, None]))
+def test_the_store_writer_writes_what_json_dumps_writes(value: Any, indent: int | None) -> None:
+    expected = json.dumps(value, indent=indent, ensure_ascii=False)
+    assert dump_json(value, indent=indent) == expected
+    assert dump_json(load_json(expected), indent=indent) == expected  # read, written: the same
+
+
+def test_the_store_writer_refuses_a_nan_it_did_not_read() -> None:
+    with pytest.raises(ValueError, match="no JSON spelling"):
+        dump_json({"x": [float("nan")]}, indent=2)
+
+
+# --- rows with problems Rule 2 does not need solved: kept, warned about ----------------------
+
+
+def test_problems_rule_2_does_not_read_are_warnings_and_the_job_is_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    jobs = [
+        sample_job(id="flag", enabled="true", delivery={"mode": "none"}),
+        sample_job(id="float", createdAtMs=1767250800000.5, delivery={"mode": "none"}),
+        sample_job(id="weekly", schedule={"kind": "weekly"}, sessionTarget="isolated"),
+    ]
+    path = write_store(tmp_path / "jobs.json", jobs)
+    before = path.read_bytes()
+    code, out, err = cli(str(path), capsys=capsys)
+    assert (code, err) == (0, "")  # nothing to migrate or quarantine
+    assert "Nothing to migrate or quarantine" in out
+    assert "Warnings: 3 job(s) kept as they are" in out
+    assert "  jobs[0] flag: enabled: input should be a valid boolean" in out
+    assert "  jobs[1] float: createdAtMs: input should be a valid integer" in out
+    assert "  jobs[2] weekly: schedule: unknown kind 'weekly'" in out
+    code, out, _ = cli(str(path), "--json", capsys=capsys)
+    doc = json.loads(out)
+    assert [(j["id"], j["action"], len(j["warnings"])) for j in doc["jobs"]] == [
+        ("flag", "kept", 1),
+        ("float", "kept", 1),
+        ("weekly", "kept", 1),
+    ]
+    assert doc["summary"]["warned"] == 3 and doc["summary"]["quarantined"] == 0
+    code, _, _ = cli(str(path), "--fix", capsys=capsys)
+    assert code == 0 and path.read_bytes() == before and siblings(path) == []
+
+
+def test_a_job_whose_delivery_cannot_be_read_is_kept_for_review(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_store(tmp_path / "jobs.json", [sample_job(delivery={"mode": "email"})])
+    code, out, _ = cli(str(path), "--fix", capsys=capsys)
+    assert code == 0 and siblings(path) == []
+    assert "kept (review)" in out and "check them by hand" in out
+    assert "delivery.mode: must be one of 'announce', 'webhook' or 'none'" in out
 
 
 # --- the real CLI -----------------------------------------------------------------------------

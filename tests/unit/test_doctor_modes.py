@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas.jobs import ScheduledJob
+from schemas.jobs import JobTarget
 from workers.core.job_modes import (
     DOCTOR,
     classify,
@@ -57,7 +57,11 @@ def announce(channel: str | None, to: str | None = None, **more: Any) -> dict[st
 
 
 def classified(row: dict[str, Any], dm_scope: DmScope = "per-channel-peer") -> Any:
-    return classify(ScheduledJob.model_validate(row), dm_scope)
+    return classify(JobTarget.model_validate(row), dm_scope)
+
+
+def planned(*rows: Any) -> Any:
+    return plan_store({"version": 1, "jobs": list(rows)}, dm_scope="per-channel-peer", at=AT)
 
 
 # --- every session-target form ---------------------------------------------------------------
@@ -373,43 +377,193 @@ def test_a_plan_migrates_quarantines_and_keeps_with_ledger_changes() -> None:
         (2, "c", "kept"),
         (3, None, "quarantined"),
         (4, None, "quarantined"),
-        (5, "d", "quarantined"),
+        (5, "d", "kept"),  # enabled "yes": Rule 2 does not read it, a warning
         (6, "e", "quarantined"),
         (7, "a", "quarantined"),
         (8, "f", "quarantined"),
-        (9, "g", "quarantined"),
+        (9, "g", "kept"),  # an unknown schedule kind: a warning
     ]
     reasons = {v.index: v.reason for v in plan.verdicts}
     assert reasons[3] == "jobs[3]: not a JSON object (a string)"
     assert reasons[4] == "jobs[4]: id: field required"
-    assert reasons[5] == "jobs[5]: enabled: input should be a valid boolean"
     assert reasons[6] == "jobs[6]: sessionTarget: must be main, isolated, current or session:<key>"
     assert reasons[7] == "jobs[7]: duplicate id 'a': jobs[0] has it"
     assert reasons[8].startswith("jobs[8]: sessionTarget: malformed agent key")
-    assert "unknown kind 'weekly'" in reasons[9]
+    warnings = {v.index: v.warnings for v in plan.verdicts if v.warnings}
+    assert warnings == {
+        5: ("enabled: input should be a valid boolean",),
+        9: ("schedule: unknown kind 'weekly'; expected 'at', 'every', 'cron'",),
+    }
     assert list(plan.store) == ["version", "jobs", "extraTopLevel"]
-    assert [r["id"] for r in plan.store["jobs"]] == ["a", "b", "c"]
-    assert [q["index"] for q in plan.quarantine] == [3, 4, 5, 6, 7, 8, 9]
-    assert [q["job"] for q in plan.quarantine] == [rows[i] for i in (3, 4, 5, 6, 7, 8, 9)]
+    assert [r["id"] for r in plan.store["jobs"]] == ["a", "b", "c", "d", "g"]
+    assert plan.store["jobs"][3] == rows[5] and plan.store["jobs"][4] == rows[9]
+    assert [q["index"] for q in plan.quarantine] == [3, 4, 6, 7, 8]
+    assert [q["job"] for q in plan.quarantine] == [rows[i] for i in (3, 4, 6, 7, 8)]
     assert all(q["at"] == "2026-01-15T09:30:00Z" and q["by"] == DOCTOR for q in plan.quarantine)
     (migrated,) = [c for c in plan.changes if c.action == "migrated"]
     assert migrated.before == {"sessionTarget": f"session:{CHAT}"}
     assert migrated.after is not None and migrated.after["sessionTarget"] == "isolated"
     assert plan.counts() == {
         "total": 10,
-        "in_chat": 2,
+        "in_chat": 4,
         "background": 1,
-        "kept": 2,
+        "kept": 4,
         "migrated": 1,
-        "quarantined": 7,
+        "quarantined": 5,
         "review": 0,
+        "warned": 2,
     }
 
 
-def test_a_duplicate_of_an_invalid_row_is_not_a_duplicate() -> None:
-    rows = [job(id="a", enabled="yes"), job(id="a")]
-    plan = plan_store({"version": 1, "jobs": rows}, dm_scope="per-channel-peer", at=AT)
+def test_a_duplicate_of_a_quarantined_row_is_not_a_duplicate() -> None:
+    plan = planned(job(id="a", sessionTarget="sometimes"), job(id="a"))
     assert [v.action for v in plan.verdicts] == ["quarantined", "kept"]
+    # a row kept with warnings holds its id: a later row with it is the duplicate
+    plan = planned(job(id="a", enabled="yes"), job(id="a"))
+    assert [v.action for v in plan.verdicts] == ["kept", "quarantined"]
+
+
+# --- what Rule 2 does not read: kept as it is, with a warning --------------------------------
+
+UNRELATED: list[tuple[str, dict[str, Any], str]] = [
+    ('enabled "true"', {"enabled": "true"}, "enabled: input should be a valid boolean"),
+    ("a float createdAtMs", {"createdAtMs": 1767250800000.5}, "createdAtMs: input should be a"),
+    ("createdAtMs 1e400", {"createdAtMs": float("inf")}, "createdAtMs: input should be a"),
+    ("an unknown schedule kind", {"schedule": {"kind": "weekly"}}, "schedule: unknown kind"),
+    ("no schedule", {"schedule": None}, "schedule: field required"),
+    (
+        "a bad schedule field",
+        {"schedule": {"kind": "every", "everyMs": 0}},
+        "schedule.everyMs: input should be greater than 0",
+    ),
+    (
+        "a payload message that is not text",
+        {"payload": {"kind": "agentTurn", "message": 7}},
+        "payload.message: input should be a valid string",
+    ),
+    ("no payload", {"payload": None}, "payload: field required"),
+    ("a name that is not text", {"name": ["x"]}, "name: input should be a valid string"),
+    (
+        "a state counter that is not a number",
+        {"state": {"consecutiveErrors": "2"}},
+        "state.consecutiveErrors: input should be a valid integer",
+    ),
+    ("failureAlert not an object", {"failureAlert": "yes"}, "failureAlert: input should be"),
+    (
+        "delivery bestEffort not a boolean",
+        {"delivery": announce("telegram", "-1001234567890", bestEffort="yes")},
+        "delivery.bestEffort: input should be a valid boolean",
+    ),
+    ("migratedFrom not an object", {"migratedFrom": "by hand"}, "migratedFrom: input should be"),
+]
+
+
+@pytest.mark.parametrize(
+    ("fields", "warning"), [u[1:] for u in UNRELATED], ids=[u[0] for u in UNRELATED]
+)
+def test_a_problem_rule_2_does_not_read_keeps_the_job_as_it_is_with_a_warning(
+    fields: dict[str, Any], warning: str
+) -> None:
+    row = job(**fields)  # None deletes the field
+    (verdict,) = (plan := planned(row)).verdicts
+    assert (verdict.action, verdict.mode, verdict.review) == ("kept", "in_chat", False)
+    assert any(w.startswith(warning) for w in verdict.warnings), verdict.warnings
+    assert plan.store["jobs"] == [row] and plan.store["jobs"][0] is row
+    assert not plan.needs_changes and plan.quarantine == ()
+
+
+def test_a_job_with_warnings_still_migrates_and_keeps_its_other_fields() -> None:
+    row = job(enabled="true", createdAtMs=1.5, delivery=announce("telegram", "42"))
+    (verdict,) = (plan := planned(row)).verdicts
+    assert (verdict.action, verdict.mode) == ("migrated", "background")
+    assert len(verdict.warnings) == 2
+    (new,) = plan.store["jobs"]
+    assert new["sessionTarget"] == "isolated" and new["migratedFrom"]["by"] == DOCTOR
+    assert {k: v for k, v in new.items() if k not in ("sessionTarget", "migratedFrom")} == {
+        k: v for k, v in row.items() if k != "sessionTarget"
+    }
+
+
+REVIEW: list[tuple[str, dict[str, Any], Any, str]] = [
+    (
+        "legacy isolated not a boolean",
+        job(sessionTarget=None, isolated="true"),
+        None,
+        "isolated: input should be a valid boolean: its mode cannot be read",
+    ),
+    (
+        "session job, unknown delivery mode",
+        job(delivery={"mode": "email", "to": "a@example.com"}),
+        "in_chat",
+        "its delivery cannot be read (delivery.mode: must be one of",
+    ),
+    (
+        "session job, delivery to not text",
+        job(delivery={"mode": "announce", "channel": "telegram", "to": 42}),
+        "in_chat",
+        "(delivery.to: input should be a valid string)",
+    ),
+    (
+        "session job, bad agentId",
+        job(agentId="Not An Agent"),
+        "in_chat",
+        "(agentId: does not match",
+    ),
+    (
+        "session job, legacy payload delivery unreadable",
+        job(delivery=None, payload={"kind": "agentTurn", "message": "m", "deliver": "yes"}),
+        "in_chat",
+        "(payload.deliver: input should be a valid boolean)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("row", "mode", "says"), [r[1:] for r in REVIEW], ids=[r[0] for r in REVIEW]
+)
+def test_a_mode_that_depends_on_an_unreadable_field_is_kept_for_review(
+    row: dict[str, Any], mode: Any, says: str
+) -> None:
+    (verdict,) = (plan := planned(row)).verdicts
+    assert (verdict.action, verdict.mode, verdict.review) == ("kept", mode, True)
+    assert says in verdict.reason and "by hand" in verdict.reason
+    assert verdict.warnings  # the same problem, as the whole row's
+    assert plan.store["jobs"] == [row] and not plan.needs_changes
+
+
+def test_an_unreadable_field_the_mode_does_not_depend_on_is_only_a_warning() -> None:
+    rows = [
+        job(id="m", sessionTarget="main", delivery={"mode": "email"}),
+        job(id="i", sessionTarget="isolated", agentId="Not An Agent"),
+        job(id="s", isolated="yes"),  # sessionTarget decides, not the legacy field
+        job(id="p", payload={"kind": "agentTurn", "deliver": "yes"}),  # delivery decides
+    ]
+    plan = planned(*rows)
+    assert [(v.action, v.review, bool(v.warnings)) for v in plan.verdicts] == [
+        ("kept", False, True)
+    ] * 4
+    assert plan.store["jobs"] == rows
+
+
+QUARANTINED: list[tuple[str, Any, str]] = [
+    ("not an object", ["a", "list"], "not a JSON object (an array)"),
+    ("no id", job(id=None), "id: field required"),
+    ("a number id", job(id=5), "id: input should be a valid string"),
+    ("a blank id", job(id="  "), "id: must not be blank"),
+    ("a session target of another kind", job(sessionTarget=3), "sessionTarget: input should"),
+    ("an unknown session target", job(sessionTarget="chat"), "sessionTarget: must be main"),
+    ("a session without a key", job(sessionTarget="session: "), "sessionTarget: must be main"),
+]
+
+
+@pytest.mark.parametrize(
+    ("row", "reason"), [q[1:] for q in QUARANTINED], ids=[q[0] for q in QUARANTINED]
+)
+def test_a_row_rule_2_cannot_handle_is_quarantined(row: Any, reason: str) -> None:
+    (verdict,) = (plan := planned(row)).verdicts
+    assert verdict.action == "quarantined"
+    assert verdict.reason.startswith(f"jobs[0]: {reason}"), verdict.reason
+    assert plan.store["jobs"] == [] and [q["job"] for q in plan.quarantine] == [row]
 
 
 def test_unknown_payload_kinds_and_state_values_of_a_newer_gateway_are_not_invalid() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ from workers.core.provider_replay import (
     InvalidHistory,
     ToolCall,
     attribution,
+    pair_tool_results,
     problems,
     render,
     resolve_epochs,
@@ -424,7 +426,102 @@ def test_media_are_named_after_the_text() -> None:
     )
 
 
+# --- long histories: linear work, the same order -----------------------------------------
+
+
+class _Counted:
+    """A history line that counts every attribute read (pair_tool_results duck-types it)."""
+
+    reads = 0
+
+    def __init__(self, line: HistoryLine) -> None:
+        self.line = line
+
+    def __getattr__(self, name: str) -> Any:
+        _Counted.reads += 1
+        return getattr(self.line, name)
+
+
+def _pairs(n: int) -> list[HistoryLine]:
+    """n tool episodes, each with an owner entry between the call and its result."""
+    out = [user("go")]
+    for i in range(n):
+        out += [call(f"c{i}"), job_result(f"r{i}"), tool(f"c{i}", f"found {i}")]
+    return out
+
+
+def _paired(n: int) -> list[HistoryLine]:
+    """_pairs(n) as the tool-pair rule arranges it: each result right after its call."""
+    out = [user("go")]
+    for i in range(n):
+        out += [call(f"c{i}"), tool(f"c{i}", f"found {i}"), job_result(f"r{i}")]
+    return out
+
+
+@pytest.mark.parametrize("n", [10, 1_000, 5_000])
+def test_pairing_tool_results_reads_each_line_a_bounded_number_of_times(n: int) -> None:
+    # Deterministic stand-in for "linear": the work per line does not grow with the history.
+    # Before, every call scanned every later line twice (10k pairs took 16 s).
+    lines = [_Counted(line) for line in _pairs(n)]
+    _Counted.reads = 0
+    arranged = pair_tool_results(lines)  # type: ignore[arg-type]
+    assert _Counted.reads <= 4 * len(lines)
+    assert [x.line for x in arranged] == _paired(n)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_ten_thousand_tool_pairs_render_each_result_after_its_call(family: str) -> None:
+    n = 10_000
+    got = compact(family, render(_pairs(n), family))  # type: ignore[arg-type]
+    assert got == compact(family, render(_paired(n), family))  # type: ignore[arg-type]
+    texts = [" ".join(pieces) for _, pieces in got]
+    call_at = {k: i for i, t in enumerate(texts) for k in re.findall(r"call[: ]c(\d+)", t)}
+    assert len(call_at) == n
+    for k in map(str, (0, n // 2, n - 1)):
+        assert re.search(rf"result[: ]c{k}\b", texts[call_at[k] + 1]), texts[call_at[k] + 1]
+
+
+def test_a_call_id_reused_after_a_reset_pairs_with_its_own_epochs_call() -> None:
+    # Call ids are unique per epoch only: a result answers the latest call with its id.
+    def calls(name: str, epoch: int) -> HistoryLine:
+        made = (ToolCall(id="c1", name=name),)
+        return HistoryLine(role="assistant", text=f"calls {name}", tool_calls=made, epoch=epoch)
+
+    lines = [
+        user("u0", epoch=0),
+        calls("search", 0),
+        tool("c1", "old"),
+        user("u1", epoch=1),
+        calls("fetch", 1),
+        job_result("r1"),
+        tool("c1", "new"),
+    ]
+    assert not problems(lines)
+    order = [x.text for x in pair_tool_results(lines)]
+    assert order == ["u0", "calls search", "old", "u1", "calls fetch", "new", "r1"]
+    strict = [m["content"] for m in render(lines, "strict", all_epochs=True)["messages"]]
+    assert strict[1:4] == [
+        "calls search\n[tool call c1: search {}]",
+        f"[tool result c1: search]\nold\n\n{RESET_NOTE}\n\nu1",
+        "calls fetch\n[tool call c1: fetch {}]",
+    ]
+    assert strict[4].startswith("[tool result c1: fetch]\nnew")
+    gemini = render(lines, "gemini", all_epochs=True)["contents"]
+    responses = [
+        p["functionResponse"] for c in gemini for p in c["parts"] if "functionResponse" in p
+    ]
+    assert [(r["name"], r["response"]["output"]) for r in responses] == [
+        ("search", "old"),
+        ("fetch", "new"),
+    ]
+
+
 # --- invalid input ------------------------------------------------------------------------
+
+
+_CALL = (
+    '{"role": "assistant", "text": "", "tool_calls": [{"id": "c", "name": "n", "arguments": %s}]}'
+)
 
 
 def _errors(text: str) -> list[str]:
@@ -464,6 +561,34 @@ def _errors(text: str) -> list[str]:
         ('{"role": "user", "text": "x", "epoch": -1}', "line 2: epoch: input should be greater"),
         ('{"schema": "delivery-confirmation/1"}', "line 2: unknown schema"),
         ('{"schema": "transcript-entry/1", "text": "x"}', "line 2: session_key: field required"),
+        # JSON has no NaN or Infinity; a provider cannot read them back (nor 1e400, a double's
+        # infinity); the path stops at the tool's arguments (below is the tool's input)
+        (_CALL % '{"q": {"deep": [1, NaN]}}', "line 2: tool_calls[0].arguments: NaN is not JSON"),
+        (
+            _CALL % json.dumps('{"q": [Infinity]}'),
+            "line 2: tool_calls[0].arguments: holds Infinity, which is not JSON",
+        ),
+        (_CALL % '{"q": 1e400}', "line 2: tool_calls[0].arguments: holds a number that is not"),
+        (_CALL % json.dumps('{"q": -1e999}'), "line 2: tool_calls[0].arguments: holds a number"),
+        ('{"role": "user", "text": "x", "epoch": NaN}', "line 2: epoch: NaN is not JSON"),
+        (
+            '{"role": "user", "text": "x", "ignored": [0, {"k": -Infinity}]}',
+            "line 2: ignored[1].k: -Infinity is not JSON",
+        ),
+        ('{"schema": "transcript-entry/1", "x": Infinity}', "line 2: x: Infinity is not JSON"),
+        # nesting: the line itself (pydantic's limit), and arguments given as text
+        (
+            '{"role": "user", "text": "x", "a": ' + "[" * 10_000 + "]" * 10_000 + "}",
+            "line 2: not JSON",
+        ),
+        (
+            _CALL % json.dumps('{"q": ' + "[" * 10_000 + "]" * 10_000 + "}"),
+            "line 2: tool_calls[0].arguments: nested more than 100 levels deep",
+        ),
+        (
+            _CALL % ('{"q": ' + "[" * 150 + "]" * 150 + "}"),
+            "line 2: tool_calls[0].arguments: nested more than 100 levels deep",
+        ),
     ],
 )
 def test_invalid_lines_name_the_line_and_field(line: str, error: str) -> None:
@@ -556,3 +681,28 @@ def test_cli_reads_stdin_and_exits_2_on_invalid_input() -> None:
 def test_cli_missing_file_and_unknown_family_exit_2() -> None:
     assert _cli("--provider", "strict", str(DATA / "nope.jsonl")).returncode == 2
     assert _cli("--provider", "cohere", str(DATA / "session.jsonl")).returncode == 2
+
+
+def _strict_json(data: bytes) -> Any:
+    def refuse(name: str) -> Any:
+        raise AssertionError(f"{name} in the output: not JSON")
+
+    return json.loads(data, parse_constant=refuse)
+
+
+def test_cli_output_is_strict_json_and_nan_or_deep_arguments_exit_2() -> None:
+    result = b'{"role": "tool", "text": "r", "tool_call_id": "c"}\n'
+    edge = (_CALL % '{"big": 1.7976931348623157e308, "small": -5e-324, "n": [1, 2]}').encode()
+    for family in FAMILIES:
+        done = _cli("--provider", family, "-", stdin=edge + b"\n" + result)
+        assert done.returncode == 0, done.stderr
+        assert "1.7976931348623157e+308" in json.dumps(_strict_json(done.stdout))
+    for bad in (
+        _CALL % '{"q": NaN}',
+        _CALL % '{"q": 1e400}',
+        _CALL % json.dumps('{"q": ' + "[" * 10_000 + "]" * 10_000 + "}"),
+    ):
+        done = _cli("--provider", "anthropic", "-", stdin=bad.encode() + b"\n" + result)
+        assert (done.returncode, done.stdout) == (2, b""), done.stderr
+        assert done.stderr.decode().startswith("render: line 1: tool_calls[0].arguments: ")
+        assert "Traceback" not in done.stderr.decode()

@@ -12,6 +12,8 @@ JSON is the text's position in the request.
 - Every tool call is directly followed by its results (all families).
 - strict alternates user/assistant from user; gemini and anthropic start with a user turn and
   never hold two same-role turns in a row; openai keeps one message per line.
+- Whatever numbers tool arguments hold (NaN, infinities, huge, tiny), a tool call is refused
+  or its request is strict JSON, for every family.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import json
 import re
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from schemas import PostedBy
 from workers.core.provider_replay import (
@@ -247,6 +251,47 @@ def test_openai_keeps_one_message_per_line(lines: list[HistoryLine]) -> None:
     messages = render(lines, "openai")["messages"]
     epochs = _epochs(lines)
     assert len(messages) == sum(1 for e in epochs if epochs and e == epochs[-1])
+
+
+_ARGUMENT_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()  # NaN and ±infinity included
+    | st.sampled_from([1e308, -5e-324, 0.1])
+    | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@given(st.dictionaries(st.text(max_size=3), _ARGUMENT_VALUES, max_size=4), st.booleans())
+def test_any_accepted_tool_call_renders_as_strict_json(
+    arguments: dict[str, Any], as_text: bool
+) -> None:
+    given_as = json.dumps(arguments) if as_text else arguments  # json.dumps spells NaN "NaN"
+    try:
+        made = ToolCall(id="c1", name="search", arguments=given_as)
+    except ValidationError as exc:
+        assert exc.errors()[0]["loc"] == ("arguments",)
+        return
+    lines = [
+        HistoryLine(role="assistant", text="", tool_calls=(made,)),
+        HistoryLine(role="tool", text="done", tool_call_id="c1"),
+    ]
+    for family in FAMILIES:
+        json.dumps(render(lines, family), allow_nan=False)  # raises on NaN or Infinity
+    (tool_use,) = render(lines, "anthropic")["messages"][1]["content"]
+    assert tool_use["input"] == json.loads(made.arguments)
+
+
+def test_finite_arguments_are_accepted_and_non_finite_refused() -> None:
+    assert ToolCall(id="c", name="n", arguments={"x": [1e308, -5e-324]}).arguments
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        with pytest.raises(ValidationError, match="not finite"):
+            ToolCall(id="c", name="n", arguments={"x": [bad]})
 
 
 # --- structure checks per family ----------------------------------------------------------

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from workers.settings import SettingsError, kafka_settings, worker_settings
+from workers.settings import MAX_DEDUPE_WINDOW_DAYS, SettingsError, kafka_settings, worker_settings
 
 
 def test_defaults_and_prefix():
@@ -45,6 +46,21 @@ def test_kafka_errors_name_the_variable(env, named):
 def test_worker_errors_name_the_variable(env, named):
     with pytest.raises(SettingsError, match=named):
         worker_settings(env)
+
+
+@pytest.mark.parametrize("value", ["inf", "Infinity", "-inf", "nan", "1e9", "3650.5", "0", "-1"])
+def test_the_dedupe_window_must_be_finite_positive_and_at_most_ten_years(value):
+    with pytest.raises(SettingsError, match="TRANSCRIPT_DEDUPE_WINDOW_DAYS"):
+        worker_settings({"TRANSCRIPT_DEDUPE_WINDOW_DAYS": value})
+
+
+@pytest.mark.parametrize("value, days", [("0.5", 0.5), ("7", 7.0), ("3650", 3650.0)])
+def test_every_accepted_dedupe_window_is_a_usable_timedelta(value, days):
+    window = worker_settings({"TRANSCRIPT_DEDUPE_WINDOW_DAYS": value}).dedupe_window_days
+    assert window == days <= MAX_DEDUPE_WINDOW_DAYS == 3650
+    # what the worker does with it: a timedelta, added to the latest valid timestamp
+    latest = datetime(2999, 12, 31, 23, 59, 59, tzinfo=UTC)
+    assert latest + timedelta(days=window) > latest
 
 
 def test_cli_exits_2_with_the_variable_named():

@@ -33,9 +33,17 @@ and flagged for review, never migrated on a guess.
 
 Migration (the doctor's --fix): `sessionTarget` becomes `isolated` in place and a
 `migratedFrom` object follows it: {sessionTarget: <former>, at, by, reason}. Every other
-field, known or not, keeps its value and its position. Invalid rows (not an object, a schema
-violation, an unusable session target, an id used by an earlier valid row) are quarantined:
-moved out of `jobs`, never dropped.
+field, known or not, keeps its value and its position.
+
+Only a row Rule 2 cannot handle is quarantined (moved out of `jobs`, never dropped): not an
+object, no usable id (absent, not a string, blank), an id used by an earlier row that was
+kept, an unusable session target. Every other problem is a warning: the row is kept exactly
+as it is (a migration still changes its session target). Rule 2 reads a row as `JobTarget`;
+a field of it that does not validate is left out, and when the mode depends on that field
+(`isolated` of a legacy row; agentId, delivery or a legacy payload delivery of a
+`session:<key>` job) the job is kept, unchanged, and flagged for review. The rest of the
+row is checked as `ScheduledJob` (`enabled: "true"`, a float `createdAtMs`, a schedule kind
+this file does not know): each problem is a warning.
 """
 
 from __future__ import annotations
@@ -50,9 +58,11 @@ from pydantic import ValidationError
 from schemas.jobs import (
     DEFAULT_AGENT_ID,
     STORE_VERSION,
-    AgentTurnPayload,
+    JobTarget,
     ScheduledJob,
-    job_problems,
+    TurnDelivery,
+    problem_field,
+    problem_list,
 )
 from schemas.records import JobMode
 from workers.core.session_keys import DmScope, canonical_session_key, session_key_for_route
@@ -97,10 +107,10 @@ class Reached:
 
 @dataclass(frozen=True, slots=True)
 class Classification:
-    mode: JobMode
+    mode: JobMode | None  # None: it depends on a field that cannot be read (review)
     migrate: bool
     reason: str
-    review: bool = False  # kept, but its delivery could not be resolved: check by hand
+    review: bool = False  # kept, but its mode or delivery could not be resolved: check by hand
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,14 +124,29 @@ class _Delivery:
 
 
 def classify(
-    job: ScheduledJob, dm_scope: DmScope, default_agent: str = DEFAULT_AGENT_ID
+    job: JobTarget,
+    dm_scope: DmScope,
+    default_agent: str = DEFAULT_AGENT_ID,
+    unreadable: Mapping[str, str] | None = None,
 ) -> Classification:
     """The job's mode under Rule 2 and whether it must migrate.
 
-    Raises ValueError when a `session:<key>` target names no usable session.
+    `unreadable`: fields of the row (as it spells them) left out of `job` because they do
+    not validate, each with its problem. When the mode depends on one, the job is kept for
+    review, never migrated on a guess. Raises ValueError when a `session:<key>` target names
+    no usable session.
     """
+    unreadable = unreadable or {}
     target = job.session_target
     if target is None:
+        if "isolated" in unreadable:
+            return Classification(
+                None,
+                False,
+                f"no sessionTarget (legacy) and {unreadable['isolated']}: its mode cannot be "
+                "read, kept as it is, check it by hand",
+                review=True,
+            )
         if job.isolated is True:
             return Classification("background", False, "legacy isolated: true: its own session")
         return Classification(
@@ -142,6 +167,16 @@ def classify(
     agent = job.agent_id or default_agent
     key = target.removeprefix("session:").strip()
     chat = canonical_session_key(key, agent)
+    needed = ["agentId", "delivery"] + (["payload"] if job.delivery is None else [])
+    blind = [unreadable[f] for f in needed if f in unreadable]
+    if blind:
+        return Classification(
+            "in_chat",
+            False,
+            f"runs in {chat}; its delivery cannot be read ({'; '.join(blind)}): kept in chat, "
+            "check its delivery by hand",
+            review=True,
+        )
     reached = delivery_reach(job, chat, agent, dm_scope)
     if reached.reach == "elsewhere":
         return Classification(
@@ -160,7 +195,7 @@ def classify(
     return Classification("in_chat", False, f"runs in {chat}; {reached.why}")
 
 
-def delivery_reach(job: ScheduledJob, chat: str, agent: str, dm_scope: DmScope) -> Reached:
+def delivery_reach(job: JobTarget, chat: str, agent: str, dm_scope: DmScope) -> Reached:
     """Where the job's result goes, compared with `chat` (canonical) the job runs in."""
     d = _effective_delivery(job)
     if d is None:
@@ -192,7 +227,7 @@ def delivery_reach(job: ScheduledJob, chat: str, agent: str, dm_scope: DmScope) 
     return Reached("elsewhere", shown, f"delivers to {shown}{via}")
 
 
-def _effective_delivery(job: ScheduledJob) -> _Delivery | None:
+def _effective_delivery(job: JobTarget) -> _Delivery | None:
     if job.delivery is not None:
         d = job.delivery
         thread = None if d.thread_id is None else str(d.thread_id).strip() or None
@@ -200,7 +235,7 @@ def _effective_delivery(job: ScheduledJob) -> _Delivery | None:
             d.mode, (d.channel or "").strip(), (d.to or "").strip(), d.account_id, thread, False
         )
     p = job.payload
-    if not isinstance(p, AgentTurnPayload):
+    if not isinstance(p, TurnDelivery):
         return None
     if p.deliver is False or (p.deliver is None and not p.to):
         return None if p.deliver is None else _Delivery("none", "", "", None, None, True)
@@ -283,7 +318,11 @@ def _conventional_kind(channel: str, peer: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """One row of the report: what the doctor decides for one job."""
+    """One row of the report: what the doctor decides for one job.
+
+    `warnings`: the problems of a kept or migrated row that Rule 2 does not need solved
+    (the row keeps them; the gateway may reject or ignore those fields).
+    """
 
     index: int
     job_id: str | None
@@ -292,6 +331,7 @@ class Verdict:
     action: Action
     reason: str
     review: bool = False
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,6 +369,7 @@ class Plan:
             "migrated": sum(x.action == "migrated" for x in v),
             "quarantined": sum(x.action == "quarantined" for x in v),
             "review": sum(x.review for x in v),
+            "warned": sum(bool(x.warnings) for x in v),
         }
 
 
@@ -379,27 +420,30 @@ def plan_store(
         if not isinstance(row, dict):
             quarantined(i, row, f"not a JSON object ({_json_type(row)})")
             continue
-        try:
-            job = ScheduledJob.model_validate(row)
-        except ValidationError as exc:
-            quarantined(i, row, job_problems(exc))
+        read = read_target(row)
+        if isinstance(read, str):
+            quarantined(i, row, read)
             continue
+        job, unreadable = read
         if job.id in first_seen:
             quarantined(i, row, f"duplicate id {job.id!r}: jobs[{first_seen[job.id]}] has it")
             continue
         try:
-            c = classify(job, dm_scope, default_agent)
+            c = classify(job, dm_scope, default_agent, unreadable)
         except ValueError as exc:
             quarantined(i, row, f"sessionTarget: {exc}")
             continue
         first_seen[job.id] = i
+        name = row.get("name")
+        name = name if isinstance(name, str) else None
+        warnings = row_warnings(row)
         if not c.migrate:
             rows.append(row)
-            verdicts.append(Verdict(i, job.id, job.name, c.mode, "kept", c.reason, c.review))
+            verdicts.append(Verdict(i, job.id, name, c.mode, "kept", c.reason, c.review, warnings))
             continue
         new = migrated_row(row, reason=c.reason, at=stamp)
         rows.append(new)
-        verdicts.append(Verdict(i, job.id, job.name, c.mode, "migrated", c.reason))
+        verdicts.append(Verdict(i, job.id, name, c.mode, "migrated", c.reason, False, warnings))
         fields = ("sessionTarget", "migratedFrom")
         changes.append(
             Change(
@@ -413,6 +457,39 @@ def plan_store(
         )
     store = {k: (rows if k == "jobs" else v) for k, v in doc.items()}
     return Plan(tuple(verdicts), tuple(changes), store, tuple(quarantine))
+
+
+_MUST_READ = ("id", "sessionTarget")  # without these, Rule 2 cannot handle the row
+# JobTarget's field names -> the row's spelling (camelCase); a row may use either
+_SPELLING = {name: field.alias or name for name, field in JobTarget.model_fields.items()}
+
+
+def read_target(row: Mapping[str, Any]) -> tuple[JobTarget, dict[str, str]] | str:
+    """What Rule 2 reads of `row`, and the fields left out of it (camelCase) with their
+    problems; or why the row cannot be handled at all (no usable id or session target)."""
+    try:
+        return JobTarget.model_validate(row), {}
+    except ValidationError as exc:
+        by_field = {_SPELLING.get(f, f): p for f, p in problem_field(exc).items()}
+    fatal = [p for f in _MUST_READ for p in by_field.get(f, ())]
+    if fatal:
+        return "; ".join(fatal)
+    unreadable = {f: "; ".join(problems) for f, problems in by_field.items()}
+    rest = {k: v for k, v in row.items() if _SPELLING.get(k, k) not in unreadable}
+    try:
+        return JobTarget.model_validate(rest), unreadable
+    except ValidationError as exc:  # not expected: every field left is optional
+        return "; ".join(problem_list(exc))
+
+
+def row_warnings(row: Mapping[str, Any]) -> tuple[str, ...]:
+    """The row's problems as a whole job (ScheduledJob), one per field: never a reason to
+    change or quarantine it."""
+    try:
+        ScheduledJob.model_validate(row)
+    except ValidationError as exc:
+        return tuple(problem_list(exc))
+    return ()
 
 
 def migrated_row(row: Mapping[str, Any], *, reason: str, at: str) -> dict[str, Any]:
@@ -477,5 +554,7 @@ __all__ = [
     "migrated_row",
     "plan_store",
     "quarantine_key",
+    "read_target",
+    "row_warnings",
     "store_problem",
 ]

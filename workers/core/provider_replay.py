@@ -33,12 +33,16 @@ Rules, in the order they apply:
    with nothing is omitted. An empty history renders as an empty list, for every family.
 
 The input must be consistent (`problems` returns nothing): tool results answer an earlier
-call of the same epoch, once; every call has its result; epochs never decrease.
+call of the same epoch, once; every call has its result; epochs never decrease. Tool call
+arguments must be JSON a provider can read back: no NaN, Infinity or number beyond a double
+(1e400), at most MAX_JSON_DEPTH levels deep. The output is then always valid JSON. Every step
+is linear in the number of lines (but for sorting the problems found).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar, get_args
@@ -55,13 +59,19 @@ Role = Literal["user", "assistant", "tool"]
 CONTINUES = "(conversation continues)"  # the user turn put first where history needs one
 RESET_NOTE = "(the conversation was reset here)"  # between epochs, with all_epochs
 STRICT_JOIN = "\n\n"  # between the texts of one merged strict turn
+MAX_JSON_DEPTH = 100  # levels of nesting in a tool call's arguments
+NOT_AN_OBJECT = "must be a JSON object or a string holding one"
 
 
 # --- the input: one history line ----------------------------------------------------------
 
 
 class ToolCall(Record):
-    """A tool call an assistant made. `arguments` is the text of a JSON object."""
+    """A tool call an assistant made. `arguments` is the text of a JSON object.
+
+    Given as an object or as its JSON text; either way it must be JSON a provider can read
+    back (see `json_problem`).
+    """
 
     id: Annotated[str, Field(min_length=1)]
     name: Annotated[str, Field(min_length=1)]
@@ -70,16 +80,52 @@ class ToolCall(Record):
     @field_validator("arguments", mode="before")
     @classmethod
     def _json_object(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return json.dumps(value, ensure_ascii=False)
-        if isinstance(value, str):
-            try:
-                parsed = json.loads(value)
-            except ValueError:
-                parsed = None
-            if isinstance(parsed, dict):
-                return value
-        raise PydanticCustomError("history_line", "must be a JSON object or a string holding one")
+        parsed, problem = _loads(value) if isinstance(value, str) else (value, None)
+        if problem is None and not isinstance(parsed, dict):
+            problem = NOT_AN_OBJECT
+        problem = problem or json_problem(parsed)
+        if problem:
+            raise PydanticCustomError("history_line", problem)
+        return value if isinstance(value, str) else json.dumps(parsed, ensure_ascii=False)
+
+
+class _Constant(ValueError):
+    """NaN, Infinity or -Infinity in a JSON text: Python reads them, JSON has none."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise _Constant(name)
+
+
+def _loads(text: str) -> tuple[Any, str | None]:
+    """The value `text` holds, or why it holds none."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant), None
+    except _Constant as exc:
+        return None, f"holds {exc}, which is not JSON"
+    except RecursionError:
+        return None, f"nested more than {MAX_JSON_DEPTH} levels deep"
+    except ValueError:
+        return None, NOT_AN_OBJECT
+
+
+def json_problem(value: Any, max_depth: int = MAX_JSON_DEPTH) -> str | None:
+    """Why `value` (parsed JSON) cannot be written as JSON again; None when it can.
+
+    A NaN or an infinity (`1e400` parses as one) has no JSON spelling, and nesting deeper
+    than `max_depth` is refused before any recursive code (json.dumps) sees it.
+    """
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return "holds a number that is not finite (NaN, Infinity, or beyond a double: 1e400)"
+        if isinstance(item, dict | list | tuple):
+            if depth > max_depth:
+                return f"nested more than {max_depth} levels deep"
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return None
 
 
 class HistoryLine(Record):
@@ -227,17 +273,24 @@ def select_epochs(lines: Sequence[HistoryLine], *, all_epochs: bool) -> tuple[Hi
 def pair_tool_results(lines: Sequence[HistoryLine]) -> tuple[HistoryLine, ...]:
     """Every tool call directly followed by its results; all other lines keep their order.
 
-    A line between a call and its last result thereby lands after that result.
+    A line between a call and its last result thereby lands after that result. A result
+    answers the latest earlier call with its id (ids may repeat across epochs). One pass to
+    find each call's results, one to place them: linear in the number of lines.
     """
-    rest = list(lines)
+    caller: dict[str, int] = {}  # call id -> index of the latest line that made that call
+    results: dict[int, list[HistoryLine]] = {}  # index of a calling line -> its results
+    moved: set[int] = set()  # indexes of results placed after their call
+    for index, line in enumerate(lines):
+        for call in line.tool_calls:
+            caller[call.id] = index
+        if line.role == "tool" and line.tool_call_id in caller:
+            results.setdefault(caller[line.tool_call_id], []).append(line)
+            moved.add(index)
     out: list[HistoryLine] = []
-    while rest:
-        line = rest.pop(0)
-        out.append(line)
-        if line.tool_calls:
-            ids = {call.id for call in line.tool_calls}
-            out += [x for x in rest if x.role == "tool" and x.tool_call_id in ids]
-            rest = [x for x in rest if not (x.role == "tool" and x.tool_call_id in ids)]
+    for index, line in enumerate(lines):
+        if index not in moved:
+            out.append(line)
+            out += results.get(index, ())
     return tuple(out)
 
 
@@ -320,9 +373,10 @@ def _anthropic(lines: Iterable[HistoryLine]) -> list[Message]:
 
 
 def _gemini(lines: Sequence[HistoryLine]) -> list[Message]:
-    names = {c.id: c.name for line in lines for c in line.tool_calls}
+    names: dict[str, str] = {}  # call id -> name, of the latest call (it precedes its results)
     turns: list[tuple[str, list[Message]]] = []
     for line in lines:
+        names.update((c.id, c.name) for c in line.tool_calls)
         text = shown_text(line)
         parts: list[Message] = [{"text": text}] if text else []
         if line.role == "tool":
@@ -339,9 +393,10 @@ def _gemini(lines: Sequence[HistoryLine]) -> list[Message]:
 
 
 def _strict(lines: Sequence[HistoryLine]) -> list[Message]:
-    names = {c.id: c.name for line in lines for c in line.tool_calls}
+    names: dict[str, str] = {}  # call id -> name, of the latest call (it precedes its results)
     turns: list[tuple[str, list[str]]] = []
     for line in lines:
+        names.update((c.id, c.name) for c in line.tool_calls)
         text = shown_text(line)
         if line.role == "tool":
             call_id = line.tool_call_id or ""
@@ -375,6 +430,7 @@ def _merge(
 __all__ = [
     "CONTINUES",
     "FAMILIES",
+    "MAX_JSON_DEPTH",
     "RESET_NOTE",
     "STRICT_JOIN",
     "Family",
@@ -384,6 +440,7 @@ __all__ = [
     "ToolCall",
     "attribution",
     "from_entry",
+    "json_problem",
     "pair_tool_results",
     "problems",
     "render",
