@@ -4,10 +4,19 @@ Shells and the core import records from here; nothing else defines a record's sh
 """
 
 from schemas.jobs import JobDelivery, ScheduledJob, job_problems
-from schemas.parse import MAX_RECORD_BYTES, Invalid, describe_errors, parse_input
+from schemas.parse import (
+    MAX_RECORD_BYTES,
+    NON_FINITE_REASON,
+    Invalid,
+    describe_errors,
+    parse_input,
+)
 from schemas.records import (
     AGENT_ID_PATTERN,
+    MAX_TIMESTAMP,
+    MIN_TIMESTAMP,
     RECORDS,
+    TIMESTAMP_RANGE,
     DeliveryConfirmation,
     Diagnostic,
     DiagnosticLevel,
@@ -35,7 +44,11 @@ from schemas.records import (
 __all__ = [
     "AGENT_ID_PATTERN",
     "MAX_RECORD_BYTES",
+    "MAX_TIMESTAMP",
+    "MIN_TIMESTAMP",
+    "NON_FINITE_REASON",
     "RECORDS",
+    "TIMESTAMP_RANGE",
     "DeliveryConfirmation",
     "Diagnostic",
     "DiagnosticLevel",

@@ -10,17 +10,50 @@ BaseModel); it is read and written as `schema`.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, Strict, StringConstraints
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic.json_schema import JsonDict
 
 # --- shared field types -------------------------------------------------------------------
 
 AGENT_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 
+# Every timestamp of the contract lies in this range once converted to UTC (Rule 1), so
+# converting one to UTC, comparing or subtracting two never overflows Python's datetime.
+MIN_TIMESTAMP = datetime(1970, 1, 1, tzinfo=UTC)
+MAX_TIMESTAMP = datetime(2999, 12, 31, 23, 59, 59, tzinfo=UTC)
+TIMESTAMP_RANGE = f"{MIN_TIMESTAMP:%Y-%m-%dT%H:%M:%SZ}..{MAX_TIMESTAMP:%Y-%m-%dT%H:%M:%SZ}"
+
+# For the JSON Schema: the local year of an in-range timestamp is 1969..3000 (an offset
+# moves the date by less than a day). Looser than the range, never stricter: it stops year
+# 0001 or 9999 in a connector; the edge checks the instant exactly.
+_YEAR_PATTERN = "^(1969|19[7-9][0-9]|2[0-9]{3}|3000)-"
+
 # RFC 3339 with a UTC offset: strict, so a JSON number is not taken as a unix time, and
-# aware, so a naive timestamp (no offset) is rejected rather than guessed.
-Timestamp = Annotated[AwareDatetime, Strict()]
+# aware, so a naive timestamp (no offset) is rejected rather than guessed. The range is
+# checked by pydantic-core on the instant (offset applied, no Python datetime arithmetic,
+# so no OverflowError); the value keeps the offset it was given.
+Timestamp = Annotated[
+    AwareDatetime,
+    Strict(),
+    Field(
+        ge=MIN_TIMESTAMP,
+        le=MAX_TIMESTAMP,
+        description=f"RFC 3339 timestamp with offset, within {TIMESTAMP_RANGE} once in UTC",
+        json_schema_extra={"pattern": _YEAR_PATTERN},
+    ),
+]
 AgentId = Annotated[str, StringConstraints(pattern=AGENT_ID_PATTERN)]
 SendId = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 NonEmpty = Annotated[str, StringConstraints(min_length=1)]
@@ -84,13 +117,30 @@ class Subagent(Record):
     label: str | None = None
 
 
+# A turn reply names its turn (Rule 1). Said in the JSON Schema too, for connectors.
+_TURN_REPLY_NEEDS_TURN: JsonDict = {
+    "if": {"properties": {"kind": {"const": "turn_reply"}}, "required": ["kind"]},
+    "then": {"properties": {"turn": {"type": "object"}}, "required": ["turn"]},
+}
+
+
 class Origin(Record):
     """What produced the send; decides Rule 6 and the entry's `posted_by`."""
 
+    model_config = ConfigDict(json_schema_extra=_TURN_REPLY_NEEDS_TURN)
+
     kind: OriginKind
-    turn: Turn | None = None
+    # validate_default: the check below runs when `turn` is absent, too.
+    turn: Turn | None = Field(default=None, validate_default=True)
     job: Job | None = None
     subagent: Subagent | None = None
+
+    @field_validator("turn")
+    @classmethod
+    def _turn_reply_names_its_turn(cls, turn: Turn | None, info: ValidationInfo) -> Turn | None:
+        if turn is None and info.data.get("kind") == "turn_reply":
+            raise ValueError("field required when origin.kind is turn_reply")
+        return turn
 
 
 class Media(Record):
@@ -228,6 +278,8 @@ __all__ = [
     "InputRecord",
     "Job",
     "JobMode",
+    "MAX_TIMESTAMP",
+    "MIN_TIMESTAMP",
     "Media",
     "MediaRef",
     "Native",
@@ -243,6 +295,7 @@ __all__ = [
     "Route",
     "SessionReset",
     "Subagent",
+    "TIMESTAMP_RANGE",
     "Timestamp",
     "TranscriptEntry",
     "Turn",
