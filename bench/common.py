@@ -30,9 +30,11 @@ def env_for(prefix: str, **extra: str) -> dict[str, str]:
     return e
 
 
-def topics_apply(prefix: str) -> None:
+def topics_apply(prefix: str, app_id: str) -> None:
+    """The deployment's topics, the changelog of worker app `app_id` among them."""
     done = subprocess.run([sys.executable, "-m", "workers", "topics", "apply"], cwd=ROOT,
-                          env=env_for(prefix), capture_output=True, timeout=120)
+                          env=env_for(prefix, TRANSCRIPT_APP_ID=app_id), capture_output=True,
+                          timeout=120)
     if done.returncode != 0:
         raise RuntimeError(f"topics apply failed: {done.stderr.decode()}")
 

@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"bench run {run_id}: prefix {prefix!r}, logs in {workdir}")
     worker = WorkerProc(prefix, "bench-worker", workdir / "state-main", workdir / "worker.log")
     try:
-        topics_apply(prefix)
+        topics_apply(prefix, "bench-worker")
         src, dst = prefix + CONFIRMATIONS, prefix + "bench.passthrough"
         create_topic(dst)
         t = time.monotonic()
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"(e) recovery with {args.recovery_sessions:,} sessions of state")
         try:
             rec_prefix = prefix + "rec."
-            topics_apply(rec_prefix)
+            topics_apply(rec_prefix, "bench-recovery")
             result["recovery_s"] = worker_bench.recovery(rec_prefix, workdir,
                                                          args.recovery_sessions, log)
         except Exception as exc:

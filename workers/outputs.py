@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from schemas import Diagnostic, TranscriptEntry
+from schemas import MAX_RECORD_BYTES, Diagnostic, TranscriptEntry
 from workers.core import Outcome
 from workers.partitioning import partition_for
 
@@ -16,6 +16,15 @@ CONFIRMATIONS = "delivery.confirmations"
 ENTRIES = "transcript.entries"
 DIAGNOSTICS = "transcript.diagnostics"
 DLQ = "delivery.confirmations.dlq"
+
+# A dead letter must fit the DLQ topic (max.message.bytes 2 MiB in topics.yaml, measured on the
+# record batch) and the producer's request (4 MiB), whatever arrived: an input record passes the
+# broker compressed and can be far larger uncompressed. So the value is cut to rule 1's size
+# limit (every record that is not oversize is carried whole) and the key and the `error` header
+# are bounded too: at most 1 MiB + 16 KiB + 2.5 KiB of value, key and headers (DESIGN rule 1).
+DEAD_LETTER_MAX_VALUE = MAX_RECORD_BYTES  # 1 MiB; more: the first bytes and `truncated: <size>`
+DEAD_LETTER_MAX_KEY = 16 * 1024  # more: the first bytes and `truncated.key: <size>`
+DEAD_LETTER_MAX_ERROR = 2048  # bytes of the `error` header (UTF-8, cut at a character)
 
 # model_dump_json(), as bytes: pydantic-core writes bytes, model_dump_json decodes them to str.
 _ENTRY = TranscriptEntry.__pydantic_serializer__
@@ -67,15 +76,28 @@ def encode(outcome: Outcome, source: Source, partitions: int) -> list[OutRecord]
 
 
 def dead_letter(source: Source, reason: str) -> OutRecord:
-    return OutRecord(
-        DLQ,
-        source.key,
-        source.value,
-        None,
-        (
-            ("error", reason.encode()),
-            ("source.topic", source.topic.encode()),
-            ("source.partition", str(source.partition).encode()),
-            ("source.offset", str(source.offset).encode()),
-        ),
-    )
+    """The original record with its reason and position; a record too large for the DLQ topic
+    carries its first bytes and the header `truncated` with the value's original size."""
+    key, value = source.key, source.value
+    headers = [
+        ("error", _bounded_utf8(reason, DEAD_LETTER_MAX_ERROR)),
+        ("source.topic", source.topic.encode()),
+        ("source.partition", str(source.partition).encode()),
+        ("source.offset", str(source.offset).encode()),
+    ]
+    if value is not None and len(value) > DEAD_LETTER_MAX_VALUE:  # None: a tombstone
+        headers.append(("truncated", str(len(value)).encode()))
+        value = value[:DEAD_LETTER_MAX_VALUE]
+    if key is not None and len(key) > DEAD_LETTER_MAX_KEY:
+        headers.append(("truncated.key", str(len(key)).encode()))
+        key = key[:DEAD_LETTER_MAX_KEY]
+    return OutRecord(DLQ, key, value, None, tuple(headers))
+
+
+def _bounded_utf8(text: str, limit: int) -> bytes:
+    """`text` as UTF-8 in at most `limit` bytes: cut at a character boundary, marked with …."""
+    raw = text.encode("utf-8", "replace")
+    if len(raw) <= limit:
+        return raw
+    ellipsis = "…".encode()
+    return raw[: limit - len(ellipsis)].decode("utf-8", "ignore").encode() + ellipsis

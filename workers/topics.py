@@ -6,12 +6,19 @@ drift rules are tested without a broker.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from workers.settings import WorkerSettings
+
+DEFAULT_APP_ID: str = WorkerSettings.model_fields["app_id"].default
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+_KAFKA_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
 class TopicsFileError(Exception):
@@ -75,10 +82,40 @@ def _coerce_scalars(raw: Any) -> Any:
     return raw
 
 
+def _key_line(node: yaml.Node, name: str) -> int:
+    """1-based line of topic `name`'s key under `topics`."""
+    for k, v in node.value if isinstance(node, yaml.MappingNode) else ():
+        if k.value == "topics" and isinstance(v, yaml.MappingNode):
+            for tk, _ in v.value:
+                if tk.value == name:
+                    return tk.start_mark.line + 1
+    return 1
+
+
+def _cluster_name(path: Path, node: yaml.Node, name: str, prefix: str, app_id: str) -> str:
+    """The topic's name on the cluster: `{app_id}` filled in, the prefix applied."""
+
+    def fill(match: re.Match) -> str:
+        if match.group(1) != "app_id":
+            raise TopicsFileError(
+                f"{path}:{_key_line(node, name)}: topics.{name}: unknown placeholder "
+                f"{match.group(0)} (known: {{app_id}})")
+        return app_id
+
+    full = prefix + _PLACEHOLDER.sub(fill, name)
+    if not _KAFKA_NAME.match(full) or full in (".", ".."):
+        raise TopicsFileError(
+            f"{path}:{_key_line(node, name)}: topics.{name}: {full!r} is not a Kafka topic name "
+            "(1..249 of A-Z a-z 0-9 . _ -)")
+    return full
+
+
 def load_topics(
-    path: Path, prefix: str = "", replication_factor: int | None = None
+    path: Path, prefix: str = "", replication_factor: int | None = None,
+    app_id: str = DEFAULT_APP_ID,
 ) -> list[TopicSpec]:
-    """Parse topics.yaml; `replication_factor` (from the environment) overrides the file's."""
+    """Parse topics.yaml; `replication_factor` (from the environment) overrides the file's, and
+    `app_id` (TRANSCRIPT_APP_ID) fills `{app_id}` in topic names."""
     try:
         text = path.read_text(encoding="utf-8")
         node = yaml.compose(text)
@@ -106,7 +143,7 @@ def load_topics(
             configs.setdefault("min.insync.replicas", str(rf - 1))
         specs.append(
             TopicSpec(
-                name=f"{prefix}{name}",
+                name=_cluster_name(path, node, name, prefix, app_id),
                 partitions=decl.partitions or parsed.defaults.partitions,
                 replication_factor=rf,
                 configs=tuple(sorted(configs.items())),

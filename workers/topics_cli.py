@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from workers.settings import KafkaSettings, SettingsError, kafka_settings
+from workers.settings import KafkaSettings, SettingsError, kafka_settings, worker_settings
 from workers.topics import (
     ObservedTopic,
     Plan,
@@ -96,7 +96,8 @@ def apply(admin, specs: list[TopicSpec], plan: Plan, dry_run: bool, timeout: flo
 def run(args: argparse.Namespace) -> int:
     try:
         settings: KafkaSettings = kafka_settings()
-        specs = load_topics(args.file, settings.topic_prefix, settings.replication_factor)
+        specs = load_topics(args.file, settings.topic_prefix, settings.replication_factor,
+                            app_id=worker_settings().app_id)
     except (SettingsError, TopicsFileError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -17,6 +17,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from workers import local_state
 from workers.ingest import Inbox, input_topic, scheduler_for
 from workers.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
 from workers.owner import Owner
@@ -30,6 +31,8 @@ from workers.settings import (
 
 log = logging.getLogger("transcript_owner.worker")
 COMMITTED_OFFSETS_TIMEOUT_S = 120.0  # then the worker exits (70) and its supervisor restarts it
+SESSIONS = "sessions"  # the faust table (build_app) whose changelog and local state are checked
+EXIT_STALE_STATE = 75  # faust found local state ahead of its changelog: discarded, restart me
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -121,7 +124,8 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         broker=";".join(f"kafka://{h.strip()}" for h in ks.bootstrap.split(",")),
         broker_credentials=credentials(ks),
         store="rocksdb://",
-        datadir=Path(ws.state_dir),
+        # per deployment, so that two never share a table (workers.local_state)
+        datadir=local_state.deployment_dir(ws.state_dir, ks.topic_prefix, ws.app_id),
         topic_partitions=ws.partitions,
         topic_replication_factor=ks.replication_factor or 1,
         consumer_auto_offset_reset="earliest",
@@ -169,24 +173,28 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
 
 def check_topics(ks: KafkaSettings, ws: WorkerSettings) -> dict[str, int] | str:
     """Each topic's partition count, or why the worker must refuse to start (co-partitioning
-    depends on the count)."""
+    depends on the count; the session table's changelog is partitioned like the input)."""
     from kafka import KafkaConsumer
     from kafka.errors import KafkaError
 
     try:
-        consumer = KafkaConsumer(**ks.kafka_python_kwargs(), request_timeout_ms=30000)
+        consumer = KafkaConsumer(**ks.kafka_python_kwargs(), request_timeout_ms=30000,
+                                 enable_auto_commit=False)
     except KafkaError as exc:
         return f"cannot reach Kafka at {ks.bootstrap}: {exc}"
+    changelog = local_state.changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS)
     counts = {}
     try:
-        for name in (CONFIRMATIONS, ENTRIES, DIAGNOSTICS, DLQ):
-            parts = consumer.partitions_for_topic(ks.topic(name))
+        for name in (*(ks.topic(n) for n in (CONFIRMATIONS, ENTRIES, DIAGNOSTICS, DLQ)),
+                     changelog):
+            parts = consumer.partitions_for_topic(name)
             if not parts:
-                return f"topic {ks.topic(name)} does not exist: run `transcript-owner topics apply`"
-            if name in (CONFIRMATIONS, ENTRIES) and len(parts) != ws.partitions:
-                return (f"topic {ks.topic(name)} has {len(parts)} partitions, "
+                return f"topic {name} does not exist: run `transcript-owner topics apply`"
+            if name in (ks.topic(CONFIRMATIONS), ks.topic(ENTRIES), changelog) \
+                    and len(parts) != ws.partitions:
+                return (f"topic {name} has {len(parts)} partitions, "
                         f"TRANSCRIPT_PARTITIONS is {ws.partitions}")
-            counts[ks.topic(name)] = len(parts)
+            counts[name] = len(parts)
     finally:
         consumer.close()
     return counts
@@ -194,15 +202,45 @@ def check_topics(ks: KafkaSettings, ws: WorkerSettings) -> dict[str, int] | str:
 
 def run(args: argparse.Namespace) -> int:
     ks, ws = kafka_settings(), worker_settings()  # a SettingsError is reported by the CLI (exit 2)
-    counts = check_topics(ks, ws)
-    if isinstance(counts, str):
-        print(f"error: {counts}", file=sys.stderr)
-        return 2
-    from faust import Worker
+    from mode.utils.logging import setup_logging
 
-    app = build_app(ks, ws, counts)
-    Path(ws.state_dir).mkdir(parents=True, exist_ok=True)
-    log.info("starting %s on %s (prefix %r)", app.conf.id, ks.bootstrap, ks.topic_prefix)
+    setup_logging(loglevel=ws.log_level)  # as faust's Worker will: the checks below log alike
+    kafka_log = logging.getLogger("kafka")  # the checks' clients: connection chatter at info
+    kafka_log.setLevel(max(kafka_log.getEffectiveLevel(), logging.WARNING))
+    try:
+        counts = check_topics(ks, ws)
+        if isinstance(counts, str):
+            print(f"error: {counts}", file=sys.stderr)
+            return 2
+        from faust import Worker
+        from faust.exceptions import ConsistencyError
+
+        app = build_app(ks, ws, counts)
+        tabledir = Path(app.conf.tabledir)
+        tabledir.mkdir(parents=True, exist_ok=True)
+        local_state.warn_legacy_layout(ws.state_dir, Path(app.conf.datadir))
+        changelog = local_state.changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS)
+        local_state.prepare(tabledir, SESSIONS, local_state.observe_changelog(ks, changelog))
+    except (local_state.LocalStateError, OSError) as exc:
+        print(f"error: local state: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        kafka_log.setLevel(logging.NOTSET)
+    log.info("starting %s on %s (prefix %r), state in %s", app.conf.id, ks.bootstrap,
+             ks.topic_prefix, app.conf.datadir)
     worker = Worker(app, loglevel=ws.log_level, quiet=True, redirect_stdouts=False)
-    worker.execute_from_commandline()  # returns through sys.exit with the worker's exit code
+    try:
+        worker.execute_from_commandline()  # ends in sys.exit with the worker's exit code
+    except SystemExit:
+        reason = worker.crash_reason
+        if not isinstance(reason, ConsistencyError):
+            raise
+        # the changelog changed under a running worker (e.g. its topic was recreated): faust
+        # has closed the stores; without them the next start restores from the changelog
+        gone = local_state.discard_all(tabledir, SESSIONS)
+        log.error("local state is ahead of its changelog (%s): discarded the local state of "
+                  "%s partitions %s; exiting %d, the next start restores it from the changelog",
+                  " ".join(str(reason).split("\n\n")[0].split()), SESSIONS, gone,
+                  EXIT_STALE_STATE)
+        return EXIT_STALE_STATE
     return 0

@@ -1,16 +1,25 @@
-"""`topics apply|check` against the real broker."""
+"""`topics apply|check` against the real broker, and the worker's check of the topics."""
 
 from __future__ import annotations
 
+import json
+import time
+
 import pytest
+from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewPartitions
 
 from tests.conftest import cli, delete_topics
+from tests.integration.harness import Collector
+from workers.kafka_io import publish
+from workers.settings import kafka_settings
 
 pytestmark = pytest.mark.kafka
 
 NAMES = ["delivery.confirmations", "transcript.entries", "transcript.diagnostics",
-         "delivery.confirmations.dlq"]
+         "delivery.confirmations.dlq", "transcript-owner-sessions-changelog",
+         "transcript-owner-__assignor-__leader"]
+CHANGELOG = "transcript-owner-sessions-changelog"
 
 
 @pytest.fixture
@@ -34,17 +43,22 @@ def test_apply_creates_all_topics_then_changes_nothing(env, admin, cleanup):
         assert f"created {env['TRANSCRIPT_TOPIC_PREFIX']}{name} " in out
     prefix = env["TRANSCRIPT_TOPIC_PREFIX"]
     topics = {t["name"]: t for t in admin.describe_topics([prefix + n for n in NAMES])}
-    assert all(len(t["partitions"]) == 8 for t in topics.values())
+    assert {n: len(t["partitions"]) for n, t in topics.items()} == {
+        prefix + n: 1 if n.endswith("__leader") else 8 for n in NAMES}
+    changelog = admin.describe_configs([ConfigResource(
+        ConfigResourceType.TOPIC, prefix + CHANGELOG)])["topic"][prefix + CHANGELOG]
+    assert {k: changelog[k]["value"] for k in ("cleanup.policy", "retention.ms")} == {
+        "cleanup.policy": "compact", "retention.ms": "-1"}
 
     second = cli("topics", "apply", env=env)
     assert second.returncode == 0, second.stderr
-    assert second.stdout.decode().startswith("nothing to change: 4 topics match")
+    assert second.stdout.decode().startswith("nothing to change: 6 topics match")
 
 
 def test_check_reports_missing_then_clean_after_apply(env, cleanup):
     before = cli("topics", "check", env=env)
     assert before.returncode == 1
-    assert before.stdout.decode().count("absent") == 4
+    assert before.stdout.decode().count("absent") == 6
 
     assert cli("topics", "apply", env=env).returncode == 0
     after = cli("topics", "check", env=env)
@@ -101,3 +115,76 @@ def test_bad_environment_is_a_clear_error(env):
     done = cli("topics", "check", env=env)
     assert done.returncode == 2
     assert "KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD are required" in done.stderr.decode()
+
+
+def test_the_app_id_names_the_changelog(env, admin, cleanup):
+    env = dict(env, TRANSCRIPT_APP_ID="blue")
+    done = cli("topics", "apply", env=env)
+    assert done.returncode == 0, done.stderr
+    prefix = env["TRANSCRIPT_TOPIC_PREFIX"]
+    mine = {t for t in admin.list_topics() if t.startswith(prefix)}
+    assert {prefix + "blue-sessions-changelog", prefix + "blue-__assignor-__leader"} <= mine
+    assert prefix + CHANGELOG not in mine
+
+
+def test_the_worker_uses_the_declared_changelog_and_faust_leaves_it_as_it_is(
+    env, admin, workers, kafka_bootstrap
+):
+    prefix = env["TRANSCRIPT_TOPIC_PREFIX"]
+    before = {t["name"]: t["topic_id"] for t in admin.describe_topics(
+        [prefix + n for n in NAMES])}
+    ks = kafka_settings(env)
+    key = "agent:ops:telegram:direct:u1"
+    publish(ks, ks.topic("delivery.confirmations"), [(key.encode(), json.dumps({
+        "schema": "delivery-confirmation/1", "send_id": "s1",
+        "confirmed_at": "2026-05-01T12:00:00+00:00", "agent_id": "ops", "session_key": key,
+        "route": {"channel": "telegram", "peer_kind": "direct", "peer_id": "u1"},
+        "origin": {"kind": "message_tool"}, "payload": {"text": "hello"},
+        "receipt": {"platform_message_ids": ["1"]}}).encode())], 8)
+    w = workers()
+    entries = Collector(ks, ks.topic("transcript.entries"))
+    entries.wait_for(lambda r: len(r) >= 1, 90, w)
+    entries.close()
+    assert w.stop() == 0
+    ends = sum(int(o) for o in _end_offsets(kafka_bootstrap, prefix + CHANGELOG).values())
+    assert ends >= 1  # the session's state went to the declared changelog
+    after = {t["name"]: t["topic_id"] for t in admin.describe_topics(
+        [prefix + n for n in NAMES])}
+    assert after == before  # nothing recreated
+    check = cli("topics", "check", env=env)
+    assert check.returncode == 0, check.stdout.decode()  # nothing altered
+
+
+def _end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+        return {tp.partition: o for tp, o in consumer.end_offsets(tps).items()}
+    finally:
+        consumer.close()
+
+
+def test_the_worker_refuses_a_missing_or_mispartitioned_changelog(env, admin, cleanup):
+    assert cli("topics", "apply", env=env).returncode == 0
+    changelog = env["TRANSCRIPT_TOPIC_PREFIX"] + CHANGELOG
+    admin.delete_topics([changelog])
+    _wait_gone(admin, changelog)
+
+    missing = cli("worker", env=env, timeout=60)
+    assert missing.returncode == 2
+    assert (f"error: topic {changelog} does not exist: run `transcript-owner topics apply`"
+            in missing.stderr.decode())
+
+    admin.create_topics({changelog: {"num_partitions": 4, "replication_factor": 1,
+                                     "configs": {"cleanup.policy": "compact"}}})
+    wrong = cli("worker", env=env, timeout=60)
+    assert wrong.returncode == 2
+    assert (f"error: topic {changelog} has 4 partitions, TRANSCRIPT_PARTITIONS is 8"
+            in wrong.stderr.decode())
+
+
+def _wait_gone(admin, topic: str) -> None:
+    deadline = time.monotonic() + 60
+    while topic in admin.list_topics():
+        assert time.monotonic() < deadline, f"{topic} not deleted"
+        time.sleep(0.3)

@@ -1,0 +1,192 @@
+"""When local state no longer matches its changelog (workers.local_state), without a broker:
+the pure verdict, table-driven, and `prepare` on real RocksDB stores."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import rocksdict
+
+from workers.local_state import (
+    OFFSET_KEY,
+    Changelog,
+    LocalStateError,
+    Marker,
+    Store,
+    deployment_dir,
+    discard_all,
+    marker_path,
+    partition_stores,
+    prepare,
+    read_marker,
+    read_store,
+    verdict,
+)
+
+TOPIC = "p.transcript-owner-sessions-changelog"
+ID, OTHER_ID = "c5337d21-00bc-4a1d-8a5d-d8a6e6dad15c", "0b9f3a2e-5f7c-4d7e-9a51-6c2f1e4b8d90"
+LOG = "transcript_owner.local_state"
+
+
+def changelog(ends: dict[int, int], starts: dict[int, int] | None = None,
+              topic_id: str | None = ID) -> Changelog:
+    return Changelog(TOPIC, topic_id, starts or dict.fromkeys(ends, 0), ends)
+
+
+KEEP = [
+    ("never applied a record", Store(0, None), changelog({0: 0}), None),
+    ("behind the end", Store(0, 41), changelog({0: 100}), Marker(TOPIC, ID)),
+    ("at the last record", Store(0, 99), changelog({0: 100}), Marker(TOPIC, ID)),
+    ("next record is the first one left", Store(0, 9), changelog({0: 100}, {0: 10}), None),
+    ("no marker yet: offsets only", Store(0, 5), changelog({0: 6}), None),
+    ("cluster gives no topic id", Store(0, 5), changelog({0: 6}, topic_id=None), Marker(TOPIC, ID)),
+    ("marker without id", Store(0, 5), changelog({0: 6}), Marker(TOPIC, None)),
+]
+
+DISCARD = [
+    ("recreated, empty", Store(3, 4), changelog({3: 0}), None,
+     "it has applied changelog offset 4, but the changelog end offset is 0"),
+    ("recreated, shorter", Store(3, 40), changelog({3: 40}), Marker(TOPIC, ID),
+     "changelog end offset is 40 (the topic was recreated or truncated)"),
+    ("recreated, grown past the old offset", Store(3, 4), changelog({3: 90}, topic_id=OTHER_ID),
+     Marker(TOPIC, ID), f"it was written from topic id {ID}, and {TOPIC} has topic id {OTHER_ID}"),
+    ("recreated, even a store that applied nothing", Store(3, None),
+     changelog({3: 9}, topic_id=OTHER_ID), Marker(TOPIC, ID), "(the topic was recreated)"),
+    ("records it missed are gone", Store(3, 4), changelog({3: 90}, {3: 50}), None,
+     "but the changelog starts at offset 50"),
+    ("another changelog", Store(3, 4), changelog({3: 90}), Marker("q.x-sessions-changelog", ID),
+     "it was written from changelog q.x-sessions-changelog"),
+    ("a partition the changelog lacks", Store(8, 4), changelog({0: 9}), None,
+     f"{TOPIC} has no partition 8"),
+    ("unreadable", Store(3, None, "Exception: Corruption"), changelog({3: 9}), None,
+     "it cannot be read (Exception: Corruption)"),
+]
+
+
+@pytest.mark.parametrize("note, store, log, marker", KEEP, ids=[k[0] for k in KEEP])
+def test_a_store_that_matches_its_changelog_is_kept(note, store, log, marker):
+    assert verdict(store, log, marker) is None
+
+
+@pytest.mark.parametrize("note, store, log, marker, why", DISCARD, ids=[d[0] for d in DISCARD])
+def test_a_store_that_does_not_match_is_discarded(note, store, log, marker, why):
+    assert why in (verdict(store, log, marker) or "")
+
+
+def test_each_deployment_has_its_own_state_dir():
+    a = deployment_dir("var/state", "", "transcript-owner")
+    b = deployment_dir("var/state", "staging.", "transcript-owner")
+    c = deployment_dir("var/state", "", "transcript-owner-2")
+    assert a == Path("var/state/transcript-owner")
+    assert len({a, b, c}) == 3 and all(p.parent == Path("var/state") for p in (a, b, c))
+    with pytest.raises(LocalStateError):
+        deployment_dir("var/state", "", "..")
+
+
+# ---- prepare, on real stores ----------------------------------------------------------------
+
+
+def make_store(tabledir: Path, partition: int, offset: int | None, rows: int = 3) -> Path:
+    """A partition store as faust writes it (rocksdict, raw mode, its offset key)."""
+    path = tabledir / f"sessions-{partition}.db"
+    db = rocksdict.Rdict(str(path), options=rocksdict.Options(raw_mode=True))
+    for i in range(rows):
+        db.put(f"agent:ops:main:{i}".encode(), b"state")
+    if offset is not None:
+        db.put(OFFSET_KEY, str(offset).encode())
+    db.close()
+    return path
+
+
+def test_read_store_gives_the_persisted_offset_or_why_not(tmp_path):
+    assert read_store(0, make_store(tmp_path, 0, 17)) == Store(0, 17)
+    assert read_store(1, make_store(tmp_path, 1, None)) == Store(1, None)
+    broken = tmp_path / "sessions-2.db"
+    broken.mkdir()
+    (broken / "CURRENT").write_text("MANIFEST-000099\n")
+    got = read_store(2, broken)
+    assert got.partition == 2 and got.offset is None and got.error
+
+
+def test_prepare_discards_what_does_not_match_keeps_the_rest_and_records_the_topic(
+    tmp_path, caplog
+):
+    tables = tmp_path / "v1" / "tables"
+    kept = [make_store(tables, 0, None), make_store(tables, 1, 41)]
+    stale = make_store(tables, 2, 4)
+    (tables / "sessions-backups").mkdir()  # faust's, not a store
+    with caplog.at_level(logging.WARNING, logger=LOG):
+        gone = prepare(tables, "sessions", changelog({0: 0, 1: 42, 2: 0}))
+    assert gone == [2]
+    assert not stale.exists() and all(p.exists() for p in kept)
+    assert read_store(1, kept[1]) == Store(1, 41)  # untouched
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == LOG]
+    assert warning == (  # the line an operator sees
+        "discarding local state of sessions partition 2: it has applied changelog offset 4, "
+        "but the changelog end offset is 0 (the topic was recreated or truncated); it is "
+        f"restored from {TOPIC} (removed {stale})")
+    assert json.loads(marker_path(tables, "sessions").read_text()) == {
+        "topic": TOPIC, "topic_id": ID}
+
+
+def test_a_recreated_topic_is_found_by_its_id_at_the_next_start(tmp_path, caplog):
+    tables = tmp_path / "tables"
+    make_store(tables, 0, 5)
+    make_store(tables, 1, None)
+    assert prepare(tables, "sessions", changelog({0: 6, 1: 0})) == []  # records the id
+    assert read_marker(marker_path(tables, "sessions")) == Marker(TOPIC, ID)
+    with caplog.at_level(logging.WARNING, logger=LOG):
+        gone = prepare(tables, "sessions", changelog({0: 500, 1: 500}, topic_id=OTHER_ID))
+    assert gone == [0, 1] and partition_stores(tables, "sessions") == {}
+    assert read_marker(marker_path(tables, "sessions")) == Marker(TOPIC, OTHER_ID)
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == LOG]  # one per reason
+    assert warning.startswith("discarding local state of sessions partitions 0, 1: it was "
+                              f"written from topic id {ID}, and {TOPIC} has topic id {OTHER_ID}")
+    assert warning.endswith(f"they are restored from {TOPIC} (removed sessions-<partition>.db "
+                            f"in {tables})")
+
+
+def test_an_unreadable_marker_is_ignored_with_a_warning(tmp_path, caplog):
+    tables = tmp_path / "tables"
+    make_store(tables, 0, 5)
+    marker_path(tables, "sessions").write_text("{not json")
+    with caplog.at_level(logging.WARNING, logger=LOG):
+        assert prepare(tables, "sessions", changelog({0: 6})) == []
+    assert "unreadable" in caplog.text
+    assert read_marker(marker_path(tables, "sessions")) == Marker(TOPIC, ID)
+
+
+def test_a_store_another_process_holds_open_is_never_removed(tmp_path, caplog):
+    tables = tmp_path / "tables"
+    path = make_store(tables, 0, 99)
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import rocksdict, sys, time\n"
+        f"db = rocksdict.Rdict({str(path)!r}, options=rocksdict.Options(raw_mode=True))\n"
+        "print('open', flush=True)\n"
+        "time.sleep(60)\n")], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline() == b"open\n"
+        with caplog.at_level(logging.WARNING, logger=LOG):
+            assert prepare(tables, "sessions", changelog({0: 0})) == []
+        assert path.exists()
+        assert "is open in another process: not checked" in caplog.text
+    finally:
+        holder.kill()
+        holder.wait()
+    time.sleep(0.1)
+    assert prepare(tables, "sessions", changelog({0: 0})) == [0]  # once it is closed
+
+
+def test_discard_all_removes_every_store_of_the_table(tmp_path):
+    tables = tmp_path / "tables"
+    for p in (0, 3, 7):
+        make_store(tables, p, p)
+    other = make_store(tables, 1, 1).rename(tables / "other-1.db")
+    assert discard_all(tables, "sessions") == [0, 3, 7]
+    assert partition_stores(tables, "sessions") == {} and other.exists()

@@ -1,0 +1,271 @@
+"""The worker's local state is a cache of its changelog: where it lives, and when to discard it.
+
+Layout. faust's datadir is TRANSCRIPT_STATE_DIR/<prefix><app id>/ (`deployment_dir`), so two
+deployments (another TRANSCRIPT_TOPIC_PREFIX or TRANSCRIPT_APP_ID) on one state dir never share
+a table. Under it faust keeps the table `sessions` as one RocksDB per partition,
+v1/tables/sessions-<partition>.db, each holding, beside the sessions, the offset of the last
+changelog record it applied (faust's `__faust\\0offset__` key). `sessions.changelog.json` beside
+them records which changelog topic (name and topic id) they were written from.
+
+Before faust starts, `prepare` compares every partition store with the changelog, as Kafka
+Streams compares a task's checkpoint with its changelog and wipes a corrupted task. A store is
+discarded, with a warning, and faust restores that partition from the changelog, when
+  - it has applied an offset at or past the changelog's end (its last stable offset): the topic
+    was deleted and recreated, or truncated; faust would stop with ConsistencyError;
+  - it has applied an offset below the changelog's start - 1: records it missed are gone;
+  - the changelog's topic id differs from the recorded one: the topic was recreated, even if
+    the new one has grown past the old offsets (offsets alone cannot tell);
+  - it was written from another changelog topic, has a partition the changelog lacks, or
+    cannot be read.
+`verdict` decides (pure); the rest reads the disk and the cluster and removes directories.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger("transcript_owner.local_state")
+
+OFFSET_KEY = b"__faust\0offset__"  # faust.stores.rocksdb.Store.offset_key
+LEGACY_TABLES = Path("v1") / "tables"  # the layout before 1.1: one table dir for every deployment
+
+
+class LocalStateError(Exception):
+    """The local state cannot be checked or discarded (the cluster or the disk failed)."""
+
+
+@dataclass(frozen=True)
+class Store:
+    """One partition store, as read from disk."""
+
+    partition: int
+    offset: int | None  # the last changelog offset it applied; None: it applied none
+    error: str | None = None  # why it could not be read
+
+
+@dataclass(frozen=True)
+class Changelog:
+    """The changelog topic as the cluster has it now."""
+
+    topic: str
+    topic_id: str | None  # None: the cluster does not say (brokers before 2.8)
+    starts: Mapping[int, int]  # partition -> earliest offset
+    ends: Mapping[int, int]  # partition -> last stable offset (end for read_committed)
+
+
+@dataclass(frozen=True)
+class Marker:
+    """What `sessions.changelog.json` records: the topic the stores were written from."""
+
+    topic: str
+    topic_id: str | None
+
+
+def verdict(store: Store, changelog: Changelog, marker: Marker | None) -> str | None:
+    """Why `store` does not match `changelog` and must be discarded, or None to keep it."""
+    if store.error is not None:
+        return f"it cannot be read ({store.error})"
+    if store.partition not in changelog.ends:
+        return f"{changelog.topic} has no partition {store.partition}"
+    if marker is not None and marker.topic != changelog.topic:
+        return f"it was written from changelog {marker.topic}, not {changelog.topic}"
+    if (marker is not None and marker.topic_id and changelog.topic_id
+            and marker.topic_id != changelog.topic_id):
+        return (f"it was written from topic id {marker.topic_id}, and {changelog.topic} has "
+                f"topic id {changelog.topic_id} now (the topic was recreated)")
+    if store.offset is None:
+        return None
+    end, start = changelog.ends[store.partition], changelog.starts.get(store.partition, 0)
+    if store.offset >= end:
+        return (f"it has applied changelog offset {store.offset}, but the changelog end offset "
+                f"is {end} (the topic was recreated or truncated)")
+    if store.offset < start - 1:
+        return (f"it has applied changelog offset {store.offset}, but the changelog starts at "
+                f"offset {start} (the records in between are gone)")
+    return None
+
+
+def changelog_topic(topic_prefix: str, app_id: str, table: str) -> str:
+    """faust's name for a table's changelog: `<app id>-<table>-changelog`, where faust's app id
+    is the prefixed TRANSCRIPT_APP_ID (topics.yaml: `{app_id}-sessions-changelog`)."""
+    return f"{topic_prefix}{app_id}-{table}-changelog"
+
+
+def deployment_dir(state_dir: str | Path, topic_prefix: str, app_id: str) -> Path:
+    """faust's datadir for one deployment: TRANSCRIPT_STATE_DIR/<prefix><app id>."""
+    name = f"{topic_prefix}{app_id}"
+    if name in (".", ".."):
+        raise LocalStateError(f"TRANSCRIPT_TOPIC_PREFIX + TRANSCRIPT_APP_ID = {name!r} cannot "
+                              "name a state directory")
+    return Path(state_dir) / name
+
+
+# ---- the shell: disk and cluster --------------------------------------------------------------
+
+
+def partition_stores(tabledir: Path, table: str) -> dict[int, Path]:
+    """partition -> store directory, for every store of `table` on disk."""
+    pattern = re.compile(rf"^{re.escape(table)}-(\d+)\.db$")
+    found = {}
+    if tabledir.is_dir():
+        for path in tabledir.iterdir():
+            if (m := pattern.match(path.name)) and path.is_dir():
+                found[int(m.group(1))] = path
+    return dict(sorted(found.items()))
+
+
+def read_store(partition: int, path: Path) -> Store:
+    """The store's persisted changelog offset, read without taking its lock."""
+    import rocksdict
+
+    try:
+        db = rocksdict.Rdict(str(path), options=rocksdict.Options(raw_mode=True),
+                             access_type=rocksdict.AccessType.read_only())
+    except Exception as exc:  # noqa: BLE001  (rocksdict raises plain Exception)
+        return Store(partition, None, f"{type(exc).__name__}: {exc}")
+    try:
+        raw = db.get(OFFSET_KEY)
+    finally:
+        db.close()
+    if raw is None:
+        return Store(partition, None)
+    try:
+        return Store(partition, int(raw))
+    except ValueError:
+        return Store(partition, None, f"persisted offset {raw[:40]!r} is not a number")
+
+
+def in_use(path: Path) -> bool:
+    """Does another process hold the store open (RocksDB's lock on its LOCK file)?"""
+    try:
+        fd = os.open(path / "LOCK", os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    else:
+        fcntl.lockf(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
+
+
+def marker_path(tabledir: Path, table: str) -> Path:
+    return tabledir / f"{table}.changelog.json"
+
+
+def read_marker(path: Path) -> Marker | None:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        return Marker(str(raw["topic"]), raw.get("topic_id"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("ignoring %s: unreadable (%s)", path, exc)
+        return None
+
+
+def write_marker(path: Path, marker: Marker) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"topic": marker.topic, "topic_id": marker.topic_id}) + "\n",
+                   encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def observe_changelog(ks, topic: str) -> Changelog:  # noqa: ANN001  (KafkaSettings)
+    """The changelog's topic id and its start and last stable offsets, asked of the cluster."""
+    from kafka import IsolationLevel, OffsetSpec, TopicPartition
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    try:
+        admin = KafkaAdminClient(**ks.kafka_python_kwargs(), client_id="transcript-owner-state",
+                                 request_timeout_ms=30000)
+    except KafkaError as exc:
+        raise LocalStateError(f"cannot reach Kafka at {ks.bootstrap}: {exc}") from None
+    try:
+        (described,) = admin.describe_topics([topic])
+        if described.get("error_code") or not described.get("partitions"):
+            raise LocalStateError(f"changelog {topic} cannot be described (error code "
+                                  f"{described.get('error_code')}): run `transcript-owner "
+                                  "topics apply`")
+        tps = [TopicPartition(topic, p["partition_index"]) for p in described["partitions"]]
+        ends = admin.list_partition_offsets({tp: OffsetSpec.LATEST for tp in tps},
+                                            isolation_level=IsolationLevel.READ_COMMITTED)
+        starts = admin.list_partition_offsets({tp: OffsetSpec.EARLIEST for tp in tps})
+    except KafkaError as exc:
+        raise LocalStateError(f"cannot read changelog {topic}: {type(exc).__name__}: {exc}") \
+            from None
+    finally:
+        admin.close()
+    topic_id = described.get("topic_id")
+    return Changelog(
+        topic, None if not topic_id or set(str(topic_id)) <= set("0-") else str(topic_id),
+        starts={tp.partition: o.offset for tp, o in starts.items()},
+        ends={tp.partition: o.offset for tp, o in ends.items()},
+    )
+
+
+def prepare(tabledir: Path, table: str, changelog: Changelog) -> list[int]:
+    """Discard every partition store of `table` that does not match `changelog`, then record
+    the changelog beside the stores. Returns the partitions discarded."""
+    marker_file = marker_path(tabledir, table)
+    marker = read_marker(marker_file)
+    stale: dict[str, list[tuple[int, Path]]] = {}  # reason -> the stores it applies to
+    for partition, path in partition_stores(tabledir, table).items():
+        if in_use(path):
+            log.warning("local state of %s partition %d (%s) is open in another process: not "
+                        "checked; give each worker its own TRANSCRIPT_STATE_DIR",
+                        table, partition, path)
+            continue
+        why = verdict(read_store(partition, path), changelog, marker)
+        if why is not None:
+            stale.setdefault(why, []).append((partition, path))
+    discarded = []
+    for why, stores in stale.items():  # one line per reason: a recreated topic is one line
+        parts = ", ".join(str(p) for p, _ in stores)
+        log.warning("discarding local state of %s %s: %s; %s restored from %s (removed %s)",
+                    table, f"partition {parts}" if len(stores) == 1 else f"partitions {parts}",
+                    why, "it is" if len(stores) == 1 else "they are", changelog.topic,
+                    stores[0][1] if len(stores) == 1 else f"{table}-<partition>.db in {tabledir}")
+        for partition, path in stores:
+            try:
+                shutil.rmtree(path)
+            except OSError as exc:
+                raise LocalStateError(f"cannot remove {path}: {exc.strerror}") from None
+            discarded.append(partition)
+    try:
+        write_marker(marker_file, Marker(changelog.topic, changelog.topic_id))
+    except OSError as exc:
+        raise LocalStateError(f"cannot write {marker_file}: {exc.strerror}") from None
+    return sorted(discarded)
+
+
+def discard_all(tabledir: Path, table: str) -> list[int]:
+    """Remove every partition store of `table` (faust has closed them): all of it is restored
+    from the changelog at the next start."""
+    discarded = []
+    for partition, path in partition_stores(tabledir, table).items():
+        shutil.rmtree(path, ignore_errors=True)
+        discarded.append(partition)
+    return discarded
+
+
+def warn_legacy_layout(state_dir: str | Path, deployment: Path) -> None:
+    """State of the layout before 1.1 (one table dir for every deployment) is never read."""
+    legacy = Path(state_dir) / LEGACY_TABLES
+    if legacy.is_dir():
+        log.warning("%s holds local state in the layout before 1.1, shared by every deployment: "
+                    "not used (this deployment's state is %s, restored from the changelog); "
+                    "delete it once no older worker runs on this state dir", legacy, deployment)
