@@ -1,45 +1,45 @@
-"""Throughput of the core, phase by phase, streaming a JSON-lines input file.
+"""Throughput of the core without Kafka, streaming a JSON-lines input file.
 
     python bench/decide_speed.py /tmp/in.jsonl [--limit N]
     python bench/decide_speed.py /tmp/in.jsonl --worker [--limit N] [--batch 2000]
 
-Default: times each phase of replay separately on the same stream: parse
-(schemas.parse_input), decide (workers.core.step on the parsed record: state lookup, rules,
-state store; no parsing, no output) and render (replay's output line). File reading and
-writing are not timed. Streams, so memory stays what replay needs (the session states).
+Default: replay's path (Owner.handle over a MemoryState, then replay's output line), timed
+per record. File reading and writing are not timed.
 
---worker: the worker's per-record path without Kafka (workers.processor without the awaits).
-Every record arrives keyed by its canonical key on its home partition (as connectors send
-it), states stay in a cache dict, and each changed session's state is encoded once per batch.
-Two passes over the file, fresh state each: one timing the stages of Owner.handle apart
-(parse, key, partition, decide, encode) and the state writes (to_bytes), one timing
-Owner.handle whole. Then from_bytes of every session's final state (a cache miss). The file
-is read into memory first.
+--worker: the worker's per-record path without Kafka (workers.processor without the awaits):
+every record arrives keyed by its canonical key on its home partition (as connectors send
+it), decided by Owner.handle over the worker's SessionStore, whose partition stores are
+dicts here; each batch's writes are taken and applied as the worker does after the changelog
+send. Then the size of the stored state records. The file is read into memory first.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 from datetime import UTC, datetime
 from itertools import islice
 from time import perf_counter
 
 from schemas import Invalid, parse_input
-from workers.core import (
-    DEFAULT_DEDUPE_WINDOW,
-    EMPTY_STATE,
-    SessionState,
-    decide_keyed,
-    session_key_of,
-    step,
-)
-from workers.outputs import Source, encode
+from workers.core import DEFAULT_DEDUPE_WINDOW, MemoryState, session_key_of
+from workers.outputs import Source
 from workers.owner import Owner
-from workers.partitioning import murmur2, partition_for
+from workers.partitioning import murmur2
 from workers.replay import render
+from workers.session_store import SessionStore
 
-WRITTEN_AT = datetime(2025, 4, 1, tzinfo=UTC)
+WRITTEN_AT = datetime(2027, 1, 1, tzinfo=UTC)  # after every synthetic record: no skew
 PARTITIONS = 8
+
+
+class DictStore(dict):
+    """A partition store as SessionStore reads it: get, and items from a key in key order."""
+
+    def items(self, from_key: bytes = b""):  # type: ignore[override]
+        keys = sorted(self)
+        for k in keys[bisect.bisect_left(keys, from_key):]:
+            yield k, self[k]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,43 +51,52 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.worker:
         return worker(args.file, args.limit, args.batch)
-    states: dict[str, SessionState] = {}
-    parse_s = decide_s = render_s = 0.0
+    state = MemoryState()
+    owner = Owner(None, DEFAULT_DEDUPE_WINDOW, lambda: WRITTEN_AT)
+    handle_s = render_s = 0.0
     n = 0
     with open(args.file, "rb") as f:
         for n, line in enumerate(islice(f, args.limit), 1):
             t0 = perf_counter()
-            item = parse_input(line.rstrip(b"\r\n"))
+            step = owner.handle(Source("replay", 0, n, None, line.rstrip(b"\r\n")), state)
+            if step.session_key is not None:
+                state.remember(step.session_key, step.head, step.seen)
             t1 = perf_counter()
-            outcome = step(states, item, written_at=WRITTEN_AT)
-            t2 = perf_counter()
-            render(n, outcome)
-            t3 = perf_counter()
-            parse_s += t1 - t0
-            decide_s += t2 - t1
-            render_s += t3 - t2
-    print(f"{n:,} records, {len(states):,} sessions")
-    _report(n, [("parse", parse_s), ("decide", decide_s), ("render", render_s)])
+            assert step.decided is not None
+            render(n, step.decided)
+            render_s += perf_counter() - t1
+            handle_s += t1 - t0
+    print(f"{n:,} records, {len(state.heads):,} sessions, {len(state.seens):,} send_ids")
+    _report(n, [("handle", handle_s), ("render", render_s)])
     return 0
 
 
 def worker(path: str, limit: int | None, batch: int) -> int:
-    """Both --worker passes and their report, then from_bytes of every final state."""
     sources = _sources(path, limit)
     n = len(sources)
-    stages = _staged(sources, batch)
-    handle_s, to_bytes_s, states = _whole(sources, batch)
-    print(f"{n:,} records, {len(states):,} sessions, batches of {batch:,}")
-    _report(n, list(stages.items()))
-    print("Owner.handle whole:")
-    _report(n, [("handle", handle_s), ("to_bytes", to_bytes_s)])
-    stored = [state.to_bytes() for state in states]
-    t0 = perf_counter()
-    for data in stored:
-        SessionState.from_bytes(data)
-    secs = perf_counter() - t0
-    entries = sum(len(state.seen) for state in states) / len(states)
-    print(f"from_bytes {secs / len(stored) * 1e6:8.1f} µs/state ({entries:,.0f} entries each)")
+    dbs = [DictStore() for _ in range(PARTITIONS)]
+    store = SessionStore(dbs.__getitem__, DEFAULT_DEDUPE_WINDOW)
+    owner = Owner(PARTITIONS, DEFAULT_DEDUPE_WINDOW, lambda: WRITTEN_AT)
+    handle_s = write_s = 0.0
+    for at in range(0, n, batch):
+        t0 = perf_counter()
+        for source in sources[at : at + batch]:
+            store.partition = source.partition
+            s = owner.handle(source, store)
+            if s.head is not None or s.seen is not None:
+                store.remember(s.session_key, s.head, s.seen)  # type: ignore[arg-type]
+        t1 = perf_counter()
+        for p, k, v in store.take_writes():
+            if v is None:
+                dbs[p].pop(k, None)
+            else:
+                dbs[p][k] = v
+        write_s += perf_counter() - t1
+        handle_s += t1 - t0
+    values = [v for db in dbs for v in db.values()]
+    print(f"{n:,} records, batches of {batch:,}; {len(values):,} state records, largest "
+          f"{max(map(len, values), default=0)} bytes, {sum(map(len, values)):,} bytes in all")
+    _report(n, [("handle", handle_s), ("writes", write_s)])
     return 0
 
 
@@ -106,71 +115,6 @@ def _sources(path: str, limit: int | None) -> list[Source]:
             else:
                 out.append(Source("in", offset % PARTITIONS, offset, None, value))
     return out
-
-
-def _staged(sources: list[Source], batch: int) -> dict[str, float]:
-    """Owner._step's stages, timed apart, then the batch's state writes."""
-    times = dict.fromkeys(("parse", "key", "partition", "decide", "encode", "to_bytes"), 0.0)
-    cache: dict[str, SessionState] = {}
-    for at in range(0, len(sources), batch):
-        changed: dict[str, SessionState] = {}
-        for source in sources[at : at + batch]:
-            t0 = perf_counter()
-            record = parse_input(source.value)
-            t1 = perf_counter()
-            times["parse"] += t1 - t0
-            if isinstance(record, Invalid):
-                continue
-            key = session_key_of(record)
-            t2 = perf_counter()
-            times["key"] += t2 - t1
-            if isinstance(key, Invalid):
-                continue
-            partition_for(key, PARTITIONS)
-            t3 = perf_counter()
-            state = cache.get(key, EMPTY_STATE)
-            new, outcome = decide_keyed(
-                state, record, key, written_at=WRITTEN_AT, dedupe_window=DEFAULT_DEDUPE_WINDOW
-            )
-            t4 = perf_counter()
-            encode(outcome, source, PARTITIONS)
-            t5 = perf_counter()
-            times["partition"] += t3 - t2
-            times["decide"] += t4 - t3
-            times["encode"] += t5 - t4
-            if new is not state:
-                cache[key] = changed[key] = new
-        times["to_bytes"] += _write(changed)
-    return times
-
-
-def _whole(sources: list[Source], batch: int) -> tuple[float, float, list[SessionState]]:
-    """Seconds in Owner.handle and in to_bytes, and the final states."""
-    owner = Owner(PARTITIONS, DEFAULT_DEDUPE_WINDOW, lambda: WRITTEN_AT)
-    cache: dict[str, SessionState] = {}
-
-    def load(key: str) -> SessionState:
-        return cache.get(key, EMPTY_STATE)
-
-    handle_s = to_bytes_s = 0.0
-    for at in range(0, len(sources), batch):
-        changed: dict[str, SessionState] = {}
-        t0 = perf_counter()
-        for source in sources[at : at + batch]:
-            s = owner.handle(source, load)
-            if s.new_state is not None and s.session_key is not None:
-                cache[s.session_key] = changed[s.session_key] = s.new_state
-        handle_s += perf_counter() - t0
-        to_bytes_s += _write(changed)
-    return handle_s, to_bytes_s, list(cache.values())
-
-
-def _write(changed: dict[str, SessionState]) -> float:
-    """Seconds to encode each changed session's state once, as the worker does per batch."""
-    t0 = perf_counter()
-    for state in changed.values():
-        state.to_bytes()
-    return perf_counter() - t0
 
 
 def _report(n: int, rows: list[tuple[str, float]]) -> None:

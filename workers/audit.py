@@ -29,7 +29,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from workers.core import SessionState
+from workers.core import MemoryState
 from workers.loadgen import Progress
 from workers.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES, Source
 from workers.owner import Owner
@@ -98,22 +98,24 @@ def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Rep
     """Compare one partition; return the (partition, offset) pairs that must be dead letters."""
     from workers.kafka_io import read
 
-    states: dict[str, SessionState] = {}
+    state = MemoryState()
     expected: dict[bytes, tuple[bytes, datetime]] = {}
     diags: Counter = Counter()
     dead: set[tuple[int, int]] = set()
     source_topic = ks.topic(CONFIRMATIONS)
-
-    def load(key: str) -> SessionState:
-        return states.get(key) or SessionState()
+    wall = datetime.now(UTC)
 
     for r in read(ks, source_topic, partitions=[partition]):
         report.input_records += 1
         bar.update(report.input_records)
-        step = owner.handle(Source(source_topic, partition, r.offset, r.key, r.value or b""), load)
+        # the worker's clock for the record: its broker timestamp, as the worker read it
+        now = min(datetime.fromtimestamp(r.timestamp / 1000, UTC), wall) if r.timestamp >= 0 \
+            else wall
+        step = owner.handle(Source(source_topic, partition, r.offset, r.key, r.value or b""),
+                            state, now)
         report.outcomes[step.outcome] += 1
-        if step.new_state is not None:
-            states[step.session_key] = step.new_state
+        if step.session_key is not None:
+            state.remember(step.session_key, step.head, step.seen)
         for out in step.sends:
             if out.topic == ENTRIES:
                 entry = json.loads(out.value)

@@ -1,7 +1,8 @@
 """One input record through the core: parse, route, decide — no Kafka client calls here.
 
-The faust agent is a thin loop around `Owner.handle`; what the worker sends and what it stores
-are return values, so the routing rules (re-key, dead-letter) are testable without a broker.
+`Owner.handle` is the one step of the worker, `audit` and `replay`: what the worker sends and
+what it stores are return values, so the routing rules (re-key, dead-letter) are tested
+without a broker, and the three shells differ only in the store behind the StateView.
 """
 
 from __future__ import annotations
@@ -11,8 +12,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from schemas import Invalid, parse_input
-from workers.core import SessionState, dead_letter, decide_keyed, session_key_of
+from schemas import Invalid, SessionReset, parse_input
+from workers.core import (
+    Outcome,
+    Seen,
+    SessionHead,
+    StateView,
+    StoreFailure,
+    dead_letter,
+    decide_in,
+    failed,
+    session_key_of,
+)
 from workers.outputs import CONFIRMATIONS, OutRecord, Source, encode
 from workers.partitioning import partition_for
 
@@ -24,37 +35,58 @@ class Step:
     outcome: str  # an outcome kind, or "rekeyed" when the record is forwarded to its own partition
     sends: list[OutRecord]
     session_key: str | None = None
-    new_state: SessionState | None = None  # None: leave the stored state as it is
+    head: SessionHead | None = None  # the session's new head; None: leave it as it is
+    seen: tuple[str, Seen] | None = None  # (send_id, what to remember of it); None: nothing
+    decided: Outcome | None = None  # the core's outcome (None when re-keyed)
 
 
 @dataclass
 class Owner:
-    partitions: int
+    partitions: int | None  # None: no re-keying (replay: a file has no partitions)
     dedupe_window: timedelta
-    clock: Callable[[], datetime]
+    clock: Callable[[], datetime]  # the entries' written_at
     counts: Counter = field(default_factory=Counter)
 
-    def handle(self, source: Source, load: Callable[[str], SessionState]) -> Step:
-        step = self._step(source, load)
+    def handle(self, source: Source, view: StateView, now: datetime | None = None) -> Step:
+        """`now`: the worker's clock for this record (default: the written_at clock)."""
+        try:
+            step = self._step(source, view, now)
+        except StoreFailure:
+            raise
+        except Exception as exc:  # noqa: BLE001  (no record may stop the worker: Rule 1)
+            outcome = failed(exc)
+            step = Step("dead_letter", encode(outcome, source, self.partitions or 1),
+                        decided=outcome)
         self.counts[step.outcome] += 1
         return step
 
-    def _step(self, source: Source, load: Callable[[str], SessionState]) -> Step:
+    def _step(self, source: Source, view: StateView, now: datetime | None) -> Step:
+        partitions = self.partitions
         record = parse_input(source.value)
         if isinstance(record, Invalid):
-            return Step("dead_letter", encode(dead_letter(record.reason), source, self.partitions))
+            return self._dead(dead_letter(record.reason), source)
+        send_id = None if isinstance(record, SessionReset) else record.send_id
         key = session_key_of(record)
         if isinstance(key, Invalid):
-            return Step("dead_letter", encode(dead_letter(key.reason), source, self.partitions))
-        home = partition_for(key, self.partitions)
-        if source.key != key.encode() or source.partition != home:
-            return Step("rekeyed", [rekey(source, key, home)], key)
-        state = load(key)
-        new_state, outcome = decide_keyed(
-            state, record, key, written_at=self.clock(), dedupe_window=self.dedupe_window
+            return self._dead(dead_letter(key.reason, send_id=send_id), source)
+        if partitions is not None:
+            home = partition_for(key, partitions)
+            if source.key != key.encode() or source.partition != home:
+                return Step("rekeyed", [rekey(source, key, home)], key)
+        written_at = self.clock()
+        head, decision = decide_in(
+            view, record, key, now=now or written_at, written_at=written_at,
+            dedupe_window=self.dedupe_window,
         )
-        sends = encode(outcome, source, self.partitions)
-        return Step(outcome.kind, sends, key, None if new_state is state else new_state)
+        outcome = decision.outcome
+        sends = encode(outcome, source, partitions or 1)
+        new_head = None if decision.head is head else decision.head
+        seen = None if decision.seen is None else (send_id, decision.seen)
+        return Step(outcome.kind, sends, key, new_head, seen, outcome)  # type: ignore[arg-type]
+
+    def _dead(self, outcome: Outcome, source: Source) -> Step:
+        return Step("dead_letter", encode(outcome, source, self.partitions or 1),
+                    decided=outcome)
 
 
 def rekey(source: Source, key: str, partition: int) -> OutRecord:

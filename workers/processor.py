@@ -1,10 +1,12 @@
 """The worker's hot path: batches of input messages through `Owner.handle`, outputs, state, acks.
 
 For each batch, in this order (README, "Processing guarantee"):
-  1. decide every record (core), keeping session states in a cache;
+  1. decide every record (core) against the session store (workers.session_store: the batch's
+     pending writes over the local RocksDB), then one bounded upkeep slice (expiry, migration);
   2. send all outputs (entries, diagnostics, dead letters, re-keyed records), one producer
      batch per partition, and await their acks;
-  3. write each changed session's state once: changelog first (awaited), then local RocksDB;
+  3. write the batch's state changes (heads, send_ids, tombstones) once: changelog first
+     (awaited), then local RocksDB;
   4. ack the input messages, so faust commits their offsets.
 A crash between 2 and 3 repeats entries (same key, same content); nothing is ever skipped.
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -37,14 +40,15 @@ from typing import Any
 from faust.types import TP, ConsumerMessage
 
 from workers.batch_send import Record, send_all
-from workers.core import EMPTY_STATE, SessionState
 from workers.ingest import ChangelogEvent, ChangelogMessage, Inbox
 from workers.outputs import Source
 from workers.owner import Owner
 from workers.partitioning import murmur2
+from workers.session_store import SessionStore
 
 log = logging.getLogger("transcript_owner.processor")
 EXIT_FATAL = 70
+SWEEP_INTERVAL_S = 1.0  # at most one upkeep slice (expiry, migration) a second
 _LARGE_GAP = 1000  # a skipped range this long is worth a warning (records lost to retention?)
 
 # the group's committed offsets for these partitions (None where nothing is committed)
@@ -80,7 +84,7 @@ class Processor:
         self, app: Any, inbox: Inbox, table: Any, owner: Owner, topic_names: dict[str, str],
         topic_partitions: dict[str, int], committed: CommittedOffsets,
         new_producer: Callable[[], Any], clock: BatchClock, *, max_batch: int = 20_000,
-        linger_s: float = 0.005, cache_size: int = 200_000,
+        linger_s: float = 0.005, cache_size: int = 200_000, sweep_budget: int = 2_000,
     ) -> None:
         self.clock = clock  # the owner's clock: ticked at the start of each batch
         self.committed, self.new_producer = committed, new_producer
@@ -92,7 +96,10 @@ class Processor:
         self.producer: Any = None
         self._generation: int | None = None
         self._cursors: dict[TP, _Cursor] = {}
-        self._cache: dict[str, SessionState] = {}
+        self.store = SessionStore(
+            lambda p: table.data._db_for_partition(p), owner.dedupe_window, cache_size)
+        self.sweep_budget = sweep_budget
+        self._next_sweep = 0.0
 
     async def run(self) -> None:
         self.producer = self.new_producer()
@@ -134,7 +141,7 @@ class Processor:
             cursors = await self._starts()
             if app.consumer_generation_id == generation and app.flow_control.is_active():
                 self._generation, self._cursors = generation, cursors
-                self._cache.clear()  # another worker may have owned these sessions meanwhile
+                self.store.forget_cache()  # another worker may have owned these sessions
         # No await from here to track_message: a revocation cannot start in between.
         consumer = app.consumer
         live, skipped, seeks = [], [], {}
@@ -190,23 +197,22 @@ class Processor:
             for tp in tps
         }
 
-    def _load(self, key: str) -> SessionState:
-        state = self._cache.get(key)
-        if state is None:
-            raw = self.table.data.get(key.encode())
-            state = EMPTY_STATE if raw is None else SessionState.from_bytes(raw)
-        return state
-
     async def _process(self, messages: list) -> None:
         handle: Callable = self.owner.handle
-        cache = self._cache
+        store = self.store
         names, counts = self.topic_names, self.topic_partitions
         sends: list[Record] = []
-        changed: dict[str, tuple[int, SessionState]] = {}
         source_name = self.source_name
         self.clock.tick()
+        wall = self.clock.now
+        wall_s = wall.timestamp()
         for m in messages:
-            step = handle(Source(source_name, m.partition, m.offset, m.key, m.value), self._load)
+            # The record's clock: when the broker appended it (LogAppendTime on the input
+            # topic), never ahead of ours. audit reads the same timestamp and decides alike.
+            ts = m.timestamp
+            now = wall if ts is None or ts >= wall_s else datetime.fromtimestamp(ts, UTC)
+            store.partition = m.partition
+            step = handle(Source(source_name, m.partition, m.offset, m.key, m.value), store, now)
             for o in step.sends:
                 topic = names[o.topic]
                 if o.partition is not None:
@@ -216,23 +222,22 @@ class Processor:
                 else:  # a dead letter without a key: beside its source
                     partition = m.partition % counts[topic]
                 sends.append((topic, partition, o.key, o.value, o.headers))
-            if step.new_state is not None:
-                cache[step.session_key] = step.new_state
-                changed[step.session_key] = (m.partition, step.new_state)
+            if step.head is not None or step.seen is not None:
+                store.remember(step.session_key, step.head, step.seen)
+        if time.monotonic() >= self._next_sweep:
+            store.sweep(sorted(tp.partition for tp in self._cursors), self.sweep_budget)
+            self._next_sweep = time.monotonic() + SWEEP_INTERVAL_S
         await send_all(self.producer, sends)
 
-        if changed:
+        writes = store.take_writes()
+        if writes:
             changelog = self.table.changelog_topic_name
-            writes = [(changelog, partition, key.encode(), state.to_bytes(), ())
-                      for key, (partition, state) in changed.items()]
-            offsets = await send_all(self.producer, writes)
+            records = [(changelog, p, k, v, ()) for p, k, v in writes]
+            offsets = await send_all(self.producer, records)
             self.table.apply_changelog_batch([
                 ChangelogEvent(ChangelogMessage(TP(changelog, p), offset, k, v))
-                for (_, p, k, v, _), offset in zip(writes, offsets, strict=True)
+                for (_, p, k, v, _), offset in zip(records, offsets, strict=True)
             ])
-        if len(cache) > self.cache_size:
-            for key in list(cache)[: len(cache) // 2]:
-                del cache[key]
 
 
 def _skipped(m: ConsumerMessage, first: int) -> list[ConsumerMessage]:

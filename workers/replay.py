@@ -1,7 +1,8 @@
 """`replay FILE`: run JSON-lines input through the core offline and print one outcome per line.
 
-No Kafka: the same parse and decision code as the worker, over a file or stdin, with the
-per-session state in a dict. Output lines, in input order:
+No Kafka: the worker's own step (`Owner.handle`: parse, decide, the same dead letters), over a
+file or stdin, with the session state in memory. A file has no partitions, so nothing is
+re-keyed; the worker's clock for every line is --written-at. Output lines, in input order:
 
     {"line": N, "outcome": O, "session_key": K|null, "send_id": S|null,
      "entry": {...}          (when written),
@@ -25,18 +26,21 @@ from typing import BinaryIO
 from pydantic import TypeAdapter
 from pydantic_core import to_json
 
-from schemas import Diagnostic, parse_input
-from workers.core import OUTCOME_KINDS, Outcome, SessionState, step
+from schemas import Diagnostic
+from workers.core import OUTCOME_KINDS, MemoryState, Outcome
+from workers.outputs import Source
+from workers.owner import Owner
 
 _DIAGNOSTICS: TypeAdapter[tuple[Diagnostic, ...]] = TypeAdapter(tuple[Diagnostic, ...])
 _FLUSH_EVERY = 2048  # output lines per write
+_MAX_WINDOW_DAYS = 3650  # as TRANSCRIPT_DEDUPE_WINDOW_DAYS (workers.settings)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="JSON lines of input records; - reads stdin")
     parser.add_argument(
         "--dedupe-window-days",
-        type=_positive_float,
+        type=_window_days,
         default=7.0,
         metavar="DAYS",
         help="how long a send_id is remembered, on the session's event-time clock (default 7)",
@@ -70,14 +74,19 @@ def replay(
     lines: Iterable[bytes], out: BinaryIO, *, written_at: datetime, dedupe_window: timedelta
 ) -> Counter[str]:
     """Decide every non-blank line, write one outcome line each; return counts per outcome."""
-    states: dict[str, SessionState] = {}
+    state = MemoryState()
+    owner = Owner(None, dedupe_window, lambda: written_at)
     counts: Counter[str] = Counter()
     pending: list[bytes] = []
     for number, line in enumerate(lines, 1):
         raw = line.rstrip(b"\r\n")
         if not raw.strip():
             continue
-        outcome = step(states, parse_input(raw), written_at=written_at, dedupe_window=dedupe_window)
+        step = owner.handle(Source("replay", 0, number, None, raw), state)
+        if step.session_key is not None:
+            state.remember(step.session_key, step.head, step.seen)
+        outcome = step.decided
+        assert outcome is not None  # nothing is re-keyed without partitions
         counts[outcome.kind] += 1
         pending.append(render(number, outcome))
         if len(pending) >= _FLUSH_EVERY:
@@ -108,10 +117,13 @@ def _json(value: str | None) -> bytes:
     return b"null" if value is None else to_json(value)
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError("must be > 0")
+def _window_days(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not a number") from None
+    if not 0 < value <= _MAX_WINDOW_DAYS:  # also false for nan; inf is above the bound
+        raise argparse.ArgumentTypeError(f"must be > 0 and <= {_MAX_WINDOW_DAYS}")
     return value
 
 

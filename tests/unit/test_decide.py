@@ -1,4 +1,9 @@
-"""workers/core/decide.py: every rule of DESIGN.md and its exceptions, case by case."""
+"""workers/core/decide.py: every rule of DESIGN.md and its exceptions, case by case.
+
+Most cases run wire lines through parse and the fold (tests/unit/wire.py), whose clock
+(`now`) is WRITTEN_AT, a month after the records' times. The clock rules (a record dated
+ahead of the worker's clock) are in tests/unit/test_hostile_core.py.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from schemas import DeliveryConfirmation, TranscriptEntry
+from schemas import TranscriptEntry
 from tests.unit.wire import (
     DELETE,
     T0,
@@ -23,8 +28,13 @@ from tests.unit.wire import (
     with_,
 )
 from workers.core import (
+    CLOCK_SKEW_ALLOWANCE,
+    EMPTY_HEAD,
     ENTRY_ID_NAMESPACE,
-    SessionState,
+    UNKNOWN_FINGERPRINT,
+    Decision,
+    Seen,
+    SessionHead,
     dead_letter,
     decide,
     posted_by,
@@ -77,7 +87,7 @@ SINGLE: list[tuple[str, dict[str, Any], str, list[str]]] = [
         [],
     ),
     ("reply of a turn in another chat", turn_reply(OTHER_CHAT), "written", []),
-    ("turn reply without turn info", confirmation(origin={"kind": "turn_reply"}), "written", []),
+    ("reply of a turn whose key is empty: main", turn_reply(""), "written", []),
     (
         "message tool run by a turn in this chat",
         confirmation(origin={"kind": "message_tool", "turn": {"session_key": KEY, "turn_id": "t"}}),
@@ -192,6 +202,7 @@ def test_one_record(record: dict[str, Any], kind: str, codes: list[str]) -> None
 
 
 LEVELS = {
+    "clock_skew": "warn",
     "destination_bound_to_other_agent": "warn",
     "native_only_payload": "warn",
     "in_chat_job_delivered_elsewhere": "warn",
@@ -242,6 +253,11 @@ CORE_DEAD_LETTERS: list[tuple[str, dict[str, Any], str]] = [
         "origin.turn.session_key: malformed agent key",
     ),
     (
+        "turn reply without its turn (rule 1, at the edge)",
+        confirmation(origin={"kind": "turn_reply"}),
+        "origin.turn: field required when origin.kind is turn_reply",
+    ),
+    (
         "malformed key of an in-chat job",
         confirmation(**{"origin.job.mode": "in_chat", "origin.job.session_key": "agent::x"}),
         "origin.job.session_key: malformed agent key",
@@ -269,11 +285,25 @@ def test_core_dead_letters(record: dict[str, Any], reason: str) -> None:
     assert outcome.entry is None and outcome.diagnostics == ()
 
 
-def test_an_unused_malformed_key_does_not_block_the_write() -> None:
-    record = confirmation(
-        origin={"kind": "message_tool", "turn": {"session_key": "agent::x", "turn_id": "t"}}
-    )
-    assert kinds(run_records([record])) == ["written"]
+def test_core_dead_letters_carry_key_and_send_id() -> None:
+    (outcome,) = run_records([turn_reply("agent:Not Valid:main")])
+    assert (outcome.session_key, outcome.send_id) == (KEY, "outbound-delivery:d1:0")
+    (outcome,) = run_records([confirmation(session_key="agent::x")])
+    assert (outcome.session_key, outcome.send_id) == (None, "outbound-delivery:d1:0")
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        {"kind": "message_tool", "turn": {"session_key": "agent::x", "turn_id": "t"}},
+        {"kind": "automation_result", "job": {"id": "j", "mode": "background",
+                                              "session_key": "agent::x"}},
+    ],
+    ids=["turn of a message-tool send", "creating chat of a background job"],
+)
+def test_an_unused_malformed_key_does_not_block_the_write(origin: dict[str, Any]) -> None:
+    record = confirmation(origin=origin)
+    assert kinds(run_records([record, record])) == ["written", "duplicate"]
 
 
 def test_invalid_bytes_are_dead_letters_with_the_parse_reason() -> None:
@@ -436,7 +466,16 @@ def test_a_conflicting_duplicate_is_an_error_and_writes_nothing() -> None:
         ({"origin.job.run_id": "run-2"}, "conflict"),
         ({"payload.text": "Digest: 3 new tickets "}, "conflict"),
         ({"payload.media": [{"kind": "image", "name": "a.png"}]}, "conflict"),
-        ({"payload.native": [{"kind": "card"}]}, "conflict"),
+        ({"payload.media": [{"kind": "image", "name": "a.png"}], "payload.text": ""}, "conflict"),
+        ({"origin.kind": "failure_alert"}, "conflict"),
+        ({"origin.job.name": "weekly digest"}, "conflict"),
+        ({"origin.job.mode": "in_chat"}, "conflict"),
+        ({"origin.job.session_key": OTHER_CHAT}, "conflict"),
+        ({"agent_id": "sales", "session_key": "telegram:group:-100123"}, "written"),  # other chat
+        ({"payload.native": [{"kind": "card"}]}, "duplicate"),  # native items are not content
+        ({"payload.media": [], "payload.native": []}, "duplicate"),
+        ({"route.account_id": "bot2"}, "duplicate"),  # the route is not content
+        ({"session_key": "TELEGRAM:group:-100123"}, "duplicate"),
         ({"destination_agent_id": "sales"}, "conflict"),
         ({"destination_agent_id": "ops"}, "duplicate"),  # bound to the sender, said explicitly
         ({"payload.media": []}, "duplicate"),  # a default, said explicitly
@@ -556,33 +595,136 @@ def test_sessions_are_independent() -> None:
     ]
 
 
-# --- purity of decide ---------------------------------------------------------------------
+# --- decide itself: a pure function of (head, prior, record) ------------------------------
 
 
-def test_decide_never_modifies_its_input_state() -> None:
-    state = SessionState()
-    record = parsed(confirmation())
-    assert isinstance(record, DeliveryConfirmation)
-    s1, _ = decide(state, record, written_at=WRITTEN_AT)
-    before = s1.to_bytes()
-    s2, o2 = decide(s1, parsed(confirmation(send_id="b")), written_at=WRITTEN_AT)
-    s3, o3 = decide(s1, parsed(confirmation(send_id="c")), written_at=WRITTEN_AT)  # branch
-    assert s1.to_bytes() == before and state == SessionState()
-    assert "b" in s2.seen and "c" not in s2.seen
-    assert "c" in s3.seen and "b" not in s3.seen
-    assert o2.entry is not None and o3.entry is not None and o2.entry.seq == o3.entry.seq == 2
+def _decide(head: SessionHead, prior: Seen | None, wire: dict[str, Any], **kw: Any) -> Decision:
+    record = parsed(wire)
+    key = session_key_of(record)
+    assert isinstance(key, str)
+    kw.setdefault("now", WRITTEN_AT)
+    kw.setdefault("written_at", WRITTEN_AT)
+    return decide(head, prior, record, key, **kw)
+
+
+def test_decide_never_modifies_its_input() -> None:
+    d1 = _decide(EMPTY_HEAD, None, confirmation())
+    before = d1.head.to_bytes()
+    d2 = _decide(d1.head, None, confirmation(send_id="b"))
+    d3 = _decide(d1.head, None, confirmation(send_id="c"))  # a branch from the same head
+    assert d1.head.to_bytes() == before and EMPTY_HEAD == SessionHead()
+    assert d2.outcome.entry is not None and d3.outcome.entry is not None
+    assert d2.outcome.entry.seq == d3.outcome.entry.seq == 2
+    assert d2.head == d3.head == SessionHead(0, 3, d1.head.clock, None)
 
 
 def test_decide_is_deterministic() -> None:
-    record = parsed(confirmation())
-    assert decide(SessionState(), record, written_at=WRITTEN_AT) == decide(
-        SessionState(), record, written_at=WRITTEN_AT
-    )
+    assert _decide(EMPTY_HEAD, None, confirmation()) == _decide(EMPTY_HEAD, None, confirmation())
 
 
-def test_written_at_must_be_aware() -> None:
+def test_now_and_written_at_must_be_aware() -> None:
     with pytest.raises(ValueError, match="UTC offset"):
-        decide(SessionState(), parsed(confirmation()), written_at=datetime(2025, 4, 1))
+        _decide(EMPTY_HEAD, None, confirmation(), written_at=datetime(2025, 4, 1))
+    with pytest.raises(ValueError, match="UTC offset"):
+        _decide(EMPTY_HEAD, None, reset(), now=datetime(2025, 4, 1))
+
+
+def test_a_written_decision_moves_the_head_and_remembers_the_send() -> None:
+    t0 = datetime.fromisoformat(T0)
+    d = _decide(SessionHead(2, 5, None, t0), None, confirmation())
+    assert d.head == SessionHead(2, 6, t0, t0)
+    assert d.seen is not None and d.seen.first_seen == t0 and len(d.seen.fingerprint) == 32
+    assert d.outcome.entry is not None and (d.outcome.entry.epoch, d.outcome.entry.seq) == (2, 5)
+
+
+@pytest.mark.parametrize(
+    ("wire", "kind"),
+    [
+        (turn_reply(KEY), "skipped_same_turn"),
+        (confirmation(destination_agent_id="sales"), "other_agent"),
+        (confirmation(payload={}), "native_only"),
+    ],
+)
+def test_a_decision_that_writes_nothing_remembers_the_send_and_moves_only_the_clock(
+    wire: dict[str, Any], kind: str
+) -> None:
+    head = SessionHead(1, 7, datetime.fromisoformat(T0) - timedelta(days=1), None)
+    d = _decide(head, None, wire)
+    assert d.outcome.kind == kind and d.seen is not None
+    assert d.head == SessionHead(1, 7, datetime.fromisoformat(T0), None)
+    # nothing moved at all: the very head object comes back
+    later = _decide(d.head, None, with_(wire, send_id="other"))
+    assert later.head is d.head and later.seen is not None
+
+
+def test_a_duplicate_or_conflict_remembers_nothing_new() -> None:
+    first = _decide(EMPTY_HEAD, None, confirmation())
+    assert first.seen is not None
+    dup = _decide(first.head, first.seen, confirmation())
+    assert dup.outcome.kind == "duplicate" and dup.seen is None and dup.head is first.head
+    conflict = _decide(first.head, first.seen, confirmation(**{"payload.text": "x"}))
+    assert conflict.outcome.kind == "conflict" and conflict.seen is None
+    assert conflict.head is first.head
+    # a retry that moves the clock moves it, but the send stays remembered as first seen
+    later = _decide(first.head, first.seen, confirmation(confirmed_at=at(minutes=3)))
+    assert later.outcome.kind == "duplicate" and later.seen is None
+    assert later.head.clock == datetime.fromisoformat(at(minutes=3))
+
+
+def test_the_conflict_names_when_the_send_was_first_seen_and_both_fingerprints() -> None:
+    first = _decide(EMPTY_HEAD, None, confirmation(confirmed_at="2025-03-01T14:00:00+02:00"))
+    assert first.seen is not None
+    conflict = _decide(first.head, first.seen, confirmation(**{"payload.text": "x"}))
+    (diag,) = conflict.outcome.diagnostics
+    assert "first seen at 2025-03-01T12:00:00Z (session clock)" in diag.detail
+    assert first.seen.fingerprint in diag.detail
+
+
+def test_a_send_id_migrated_from_format_1_is_a_duplicate_whatever_it_holds() -> None:
+    """Format 1's fingerprints are not comparable (the definition changed): no false
+    conflict after an upgrade."""
+    prior = Seen(datetime.fromisoformat(T0), UNKNOWN_FINGERPRINT)
+    head = SessionHead(0, 2, datetime.fromisoformat(T0), None)
+    for wire in (confirmation(), confirmation(**{"payload.text": "other"}), turn_reply(KEY)):
+        d = _decide(head, prior, wire)
+        assert d.outcome.kind == "duplicate" and d.seen is None
+
+
+def test_an_expired_send_is_forgotten_and_remembered_anew() -> None:
+    t0 = datetime.fromisoformat(T0)
+    prior = Seen(t0, "f" * 32)
+    window = timedelta(days=1)
+    head = SessionHead(0, 2, t0 + window, None)
+    kept = _decide(head, prior, confirmation(), dedupe_window=window)
+    assert kept.outcome.kind == "conflict"  # exactly one window behind: still remembered
+    head = SessionHead(0, 2, t0 + window + timedelta(microseconds=1), None)
+    gone = _decide(head, prior, confirmation(), dedupe_window=window)
+    assert gone.outcome.kind == "written"
+    assert gone.seen is not None and gone.seen.first_seen == head.clock  # the session clock
+
+
+def test_the_session_clock_is_the_latest_confirmed_at_and_never_goes_back() -> None:
+    t0 = datetime.fromisoformat(T0)
+    d1 = _decide(EMPTY_HEAD, None, confirmation(send_id="a", confirmed_at=at(minutes=10)))
+    assert d1.head.clock == t0 + timedelta(minutes=10)
+    d2 = _decide(d1.head, None, confirmation(send_id="b", confirmed_at=at(minutes=1)))
+    assert d2.head.clock == t0 + timedelta(minutes=10)
+    assert d2.seen is not None and d2.seen.first_seen == t0 + timedelta(minutes=10)
+    reset_at = _decide(d2.head, None, reset(reset_at=at(minutes=20)))
+    assert reset_at.head.clock == d2.head.clock  # a reset does not move the dedupe clock
+
+
+def test_the_skew_allowance_is_five_minutes_of_the_workers_clock() -> None:
+    assert CLOCK_SKEW_ALLOWANCE == timedelta(minutes=5)
+    now = datetime.fromisoformat(T0)
+    edge = _decide(EMPTY_HEAD, None, confirmation(confirmed_at=at(minutes=5)), now=now)
+    assert [d.code for d in edge.outcome.diagnostics] == []
+    assert edge.head.clock == now + timedelta(minutes=5)  # within the allowance: it moves
+    past = confirmation(confirmed_at="2025-03-01T12:05:00.000001Z")
+    ahead = _decide(EMPTY_HEAD, None, past, now=now)
+    assert [d.code for d in ahead.outcome.diagnostics] == ["clock_skew"]
+    assert ahead.head.clock == now  # counts as made at the worker's clock, not at its own time
+    assert ahead.seen is not None and ahead.seen.first_seen == now  # no clock yet: now
 
 
 def test_one_outcome_for_every_input_of_a_mixed_batch() -> None:

@@ -1,27 +1,39 @@
-"""The content fingerprint is stored in every session's state: it must never change.
+"""The content fingerprint: what a retry of a send_id is compared by (DESIGN rule 3).
 
-A different value for the same content would turn every retry of an already-seen send into a
-`conflicting_duplicate` after an upgrade. Pinned values, and a reference implementation (the
-plain form of the rules in workers/core/fingerprint.py) it must agree with.
+"Content" is what an entry would hold: who sent it where (agent, canonical key, destination
+agent), the text, the media as (kind, name), the canonical origin. A re-signed media URL, an
+added mime type, channel-native items, a new receipt, another confirmed_at or another spelling
+of a key is the same content (issue 12, finding 6: on 746aef0 each was a false conflict).
+
+Every seen record stores a fingerprint, so its value must never change: pinned values (of
+format 2; format 1's are not carried over by the migration), and a reference implementation
+(the plain form of the definition) it must agree with.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
-import types
-from typing import Any, Union, get_args, get_origin
+from typing import Any
 
-import pydantic_core
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from schemas import DeliveryConfirmation
-from schemas.records import Origin
-from tests.unit.test_properties import confirmations
-from tests.unit.wire import confirmation, parsed, with_
-from workers.core import fingerprint, session_key_of
+from tests.unit.test_properties import CHATS, confirmations
+from tests.unit.wire import WRITTEN_AT, confirmation, parsed, with_
+from workers.core import (
+    EMPTY_HEAD,
+    Seen,
+    canonical_session_key,
+    decide,
+    fingerprint,
+    session_key_of,
+)
+from workers.core.fingerprint import FINGERPRINT_HEX_CHARS
 
 BASE = confirmation()
 TURN = {"kind": "turn_reply", "turn": {"session_key": "agent:ops:main", "turn_id": "t1"}}
@@ -30,85 +42,288 @@ IN_CHAT_JOB = {"id": "j", "mode": "in_chat", "session_key": "agent:ops:main", "n
 MEDIA = {"kind": "image", "name": "a.png", "url": "https://x/y?t=1", "mime": "image/png"}
 NATIVE = {"title": "t", "kind": "embed", "fields": {"b": 1, "a": [2, {"d": None, "c": "é"}]}}
 CASES: dict[str, tuple[dict[str, Any], str]] = {
-    "job": (BASE, "e31eae0405f4267627c160457cace4b9"),
-    "turn": (with_(BASE, origin=TURN), "cd3db234839db8d772dbd190a733d6c8"),
+    "job": (BASE, "3851f7165182ed5856c613808a24a544"),
+    "turn": (with_(BASE, origin=TURN), "516b63549db000286395cd4268c2cc2f"),
     "subagent": (
         with_(BASE, origin={"kind": "subagent_announcement", "subagent": SUBAGENT}),
-        "f27c18555e0bb2d1b456f6c2aa3b986c",
+        "9a8a6e7df5a796b735f215a80aa6e6ba",
     ),
-    "in_chat_job": (
-        with_(BASE, **{"origin.job": IN_CHAT_JOB}),
-        "9b02a8ca56450c1992d46c8552eb79e6",
-    ),
+    "in_chat_job": (with_(BASE, **{"origin.job": IN_CHAT_JOB}), "1e590edca849d9045667c9e2b3dde209"),
     "media": (
         with_(BASE, payload={"text": "", "media": [MEDIA]}),
-        "090a444ccfc661b910eb4b5d00980c2e",
+        "2dc79cf950690fb3c91e6d56b809f918",
     ),
-    "native": (with_(BASE, payload={"native": [NATIVE]}), "211df2479c3ae33560c0f520128d572a"),
-    "dest_self": (with_(BASE, destination_agent_id="ops"), "e31eae0405f4267627c160457cace4b9"),
-    "dest_other": (with_(BASE, destination_agent_id="sales"), "4a081e9c932d69b0f27c9f11cabfe50e"),
+    "native": (with_(BASE, payload={"native": [NATIVE]}), "225c83c56a817d6012eee69fabaa4f46"),
+    "dest_other": (
+        with_(BASE, destination_agent_id="sales"),
+        "ed36024d0373df24a31a16abc93f8949",
+    ),
     "unicode": (
         with_(BASE, **{"payload.text": 'größe 東京 👍 "q" \\ \n\t\u0001'}),
-        "96eb8854f1ea72238763ae664dc10103",
+        "218059f498d6fd6b1130553a39ade306",
     ),
+}
+# Other forms of a pinned case: the same content, so the same fingerprint.
+SAME_AS: dict[str, tuple[str, dict[str, Any]]] = {
+    "dest_self": ("job", with_(BASE, destination_agent_id="ops")),
+    "new receipt and time": (
+        "job",
+        with_(BASE, receipt={"platform_message_ids": ["1"]}, confirmed_at="2025-03-02T00:00:00Z"),
+    ),
+    "key spelled bare, upper-case": ("job", with_(BASE, session_key="TELEGRAM:GROUP:-100123")),
+    "another route": ("job", with_(BASE, **{"route.thread_id": "7", "route.account_id": "a"})),
+    "turn key spelled bare": (
+        "turn", with_(BASE, origin=TURN, **{"origin.turn.session_key": "main"}),
+    ),
+    "turn key upper-case": (
+        "turn", with_(BASE, origin=TURN, **{"origin.turn.session_key": " AGENT:OPS:MAIN "}),
+    ),
+    "job key spelled bare": (
+        "in_chat_job", with_(BASE, **{"origin.job": {**IN_CHAT_JOB, "session_key": "Main"}}),
+    ),
+    "media re-signed, no mime": (
+        "media",
+        with_(BASE, payload={"text": "", "media": [{"kind": "image", "name": "a.png",
+                                                    "url": "https://x/y?t=2"}]}),
+    ),
+    "media without url": (
+        "media", with_(BASE, payload={"text": "", "media": [{"kind": "image", "name": "a.png"}]}),
+    ),
+    "media and native": (
+        "media", with_(BASE, payload={"media": [MEDIA], "native": [NATIVE]}),
+    ),
+    "native is not content": ("native", with_(BASE, payload={})),
+    "native is not content, either way": ("native", with_(BASE, payload={"text": "",
+                                                                         "native": []})),
 }
 
 
+def stored(wire: dict[str, Any]) -> str:
+    """The fingerprint the decision remembers for `wire` (what a seen record stores)."""
+    record = parsed(wire)
+    assert isinstance(record, DeliveryConfirmation)
+    key = session_key_of(record)
+    assert isinstance(key, str)
+    decision = decide(EMPTY_HEAD, None, record, key, now=WRITTEN_AT, written_at=WRITTEN_AT)
+    assert decision.seen is not None, decision.outcome
+    return decision.seen.fingerprint
+
+
 def reference(record: DeliveryConfirmation, session_key: str) -> str:
-    """The fingerprint as its module doc defines it, written the plain way."""
+    """The fingerprint as DESIGN rule 3 and the module doc define it, written the plain way."""
+
+    def canonical(raw: str) -> str:
+        try:
+            return canonical_session_key(raw, record.agent_id)
+        except ValueError:
+            return raw  # a key no rule compares: kept as given
+
     dest = None if record.destination_agent_id == record.agent_id else record.destination_agent_id
-    payload = record.payload.model_dump(mode="json", exclude_defaults=True)
-    payload_json = (
-        pydantic_core.to_json(json.loads(json.dumps(payload, sort_keys=True)))
-        if record.payload.native
-        else record.payload.__pydantic_serializer__.to_json(record.payload, exclude_defaults=True)
-    )
-    h = hashlib.sha256(pydantic_core.to_json((record.agent_id, session_key, dest)))
-    h.update(b"\x00")
-    h.update(record.origin.__pydantic_serializer__.to_json(record.origin, exclude_defaults=True))
-    h.update(b"\x00")
-    h.update(payload_json)
-    return h.hexdigest()[:32]
+    o, p = record.origin, record.payload
+    content = [
+        record.agent_id,
+        session_key,
+        dest,
+        p.text or "",
+        [[m.kind, m.name] for m in p.media],
+        o.kind,
+        None if o.turn is None else [canonical(o.turn.session_key), o.turn.turn_id],
+        None if o.job is None else [
+            o.job.id, o.job.name, o.job.run_id, o.job.mode,
+            None if o.job.session_key is None else canonical(o.job.session_key),
+        ],
+        None if o.subagent is None else [o.subagent.run_id, o.subagent.agent_id, o.subagent.label],
+    ]
+    data = json.dumps(content, separators=(",", ":"), ensure_ascii=False).encode()
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+def ref(wire: dict[str, Any]) -> str:
+    record = parsed(wire)
+    assert isinstance(record, DeliveryConfirmation)
+    key = session_key_of(record)
+    assert isinstance(key, str)
+    return reference(record, key)
 
 
 @pytest.mark.parametrize("name", CASES)
 def test_pinned_fingerprints(name: str) -> None:
     wire, expected = CASES[name]
-    record = parsed(wire)
+    assert stored(wire) == ref(wire) == expected
+    assert len(expected) == FINGERPRINT_HEX_CHARS
+
+
+def test_pinned_fingerprints_are_all_different() -> None:
+    assert len({fp for _, fp in CASES.values()}) == len(CASES)
+
+
+@pytest.mark.parametrize("name", SAME_AS)
+def test_the_same_content_written_another_way(name: str) -> None:
+    case, wire = SAME_AS[name]
+    assert stored(wire) == CASES[case][1]
+
+
+def test_the_fingerprint_needs_the_canonical_origin_keys() -> None:
+    """fingerprint() takes the canonical turn and job keys from its caller (decide)."""
+    record = parsed(with_(BASE, origin=TURN))
     assert isinstance(record, DeliveryConfirmation)
-    key = session_key_of(record)
-    assert isinstance(key, str)
-    assert fingerprint(record, key) == reference(record, key) == expected
+    key = "agent:ops:telegram:group:-100123"
+    assert fingerprint(record, key, "agent:ops:main") == CASES["turn"][1]
+    assert fingerprint(record, key, "agent:ops:other") != CASES["turn"][1]
 
 
 @given(confirmations())
 def test_fingerprint_matches_the_reference(wire: dict[str, Any]) -> None:
-    record = parsed(wire)
-    assert isinstance(record, DeliveryConfirmation)
+    assert stored(wire) == ref(wire)
+
+
+# --- retries: what a connector may change without changing the content -------------------
+
+
+def _respell(key: str, agent: str, how: int) -> str:
+    """`key` (a canonical key of `agent`) as a sender might spell it."""
+    if how == 0:
+        return key.split(":", 2)[2]  # bare
+    if how == 1 and "matrix" not in key:  # a Matrix room id keeps its case
+        return key.upper()
+    if how == 2:
+        return f"  {key}\t"
+    if how == 3 and ":direct:" in key:
+        return key.replace(":direct:", ":dm:")  # the legacy segment
+    if how == 4:
+        return "main" if key == f"agent:{agent}:main" else key
+    return key
+
+
+def _canonical_of(raw: str, agent: str) -> str:
+    return canonical_session_key(raw, agent)
+
+
+@st.composite
+def retries(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A confirmation and a retry of it: same content, anything else may differ."""
+    original = draw(confirmations())
+    retry = copy.deepcopy(original)
+    agent = retry["agent_id"]
+    for node, field in ((retry, "session_key"), (retry["origin"].get("turn"), "session_key"),
+                        (retry["origin"].get("job"), "session_key")):
+        if node is not None and node.get(field) is not None and draw(st.booleans()):
+            canonical = _canonical_of(node[field], agent)
+            node[field] = _respell(canonical, agent, draw(st.integers(0, 5)))
+    for m in retry["payload"].get("media", []):
+        if draw(st.booleans()):
+            m["url"] = f"https://cdn.example/a?token={draw(st.integers(0, 99))}"
+        if draw(st.booleans()):
+            m["mime"] = draw(st.sampled_from(["image/png", "application/octet-stream"]))
+    if draw(st.booleans()):
+        retry["payload"]["native"] = draw(
+            st.sampled_from([[], [{"kind": "card", "n": 1}], [{"kind": "embed", "title": "u"}]])
+        )
+    if draw(st.booleans()):
+        retry["receipt"] = {"platform_message_ids": [str(draw(st.integers(10, 99)))],
+                            "sent_at": "2025-03-05T00:00:00Z"}
+    if draw(st.booleans()):
+        retry["confirmed_at"] = "2025-03-04T10:00:00+05:00"
+    if draw(st.booleans()):
+        retry["route"] = {**retry["route"], "thread_id": "other"}
+    if retry.get("destination_agent_id") in (None, agent) and draw(st.booleans()):
+        retry["destination_agent_id"] = draw(st.sampled_from([None, agent]))
+    return original, retry
+
+
+@given(retries())
+def test_a_retry_has_the_fingerprint_of_its_original(pair: tuple[dict, dict]) -> None:
+    original, retry = pair
+    assert stored(retry) == stored(original)
+    # and so the decision calls it a duplicate, never a conflict
+    record = parsed(retry)
     key = session_key_of(record)
     assert isinstance(key, str)
-    assert fingerprint(record, key) == reference(record, key)
+    prior = Seen(WRITTEN_AT, stored(original))
+    decision = decide(EMPTY_HEAD, prior, record, key, now=WRITTEN_AT, written_at=WRITTEN_AT)
+    assert decision.outcome.kind == "duplicate"
+
+
+def _other_content(wire: dict[str, Any], how: int) -> dict[str, Any] | None:
+    out = copy.deepcopy(wire)
+    origin, payload = out["origin"], out["payload"]
+    if how == 0:
+        payload["text"] = (payload.get("text") or "") + "!"
+    elif how == 1:
+        payload["media"] = [*payload.get("media", []), {"kind": "file", "name": "b.pdf"}]
+    elif how == 2 and payload.get("media"):
+        payload["media"] = [{**payload["media"][0], "name": "other.png"}]
+    elif how == 3 and payload.get("media"):
+        payload["media"] = [{**payload["media"][0], "kind": "video"}]
+    elif how == 4 and origin.get("turn"):
+        origin["turn"]["turn_id"] = "t-other"
+    elif how == 5 and origin.get("turn"):
+        others = [k for a, _, k in CHATS if a == out["agent_id"]]
+        now = _canonical_of(origin["turn"]["session_key"], out["agent_id"])
+        origin["turn"]["session_key"] = next(k for k in others if k != now)
+    elif how == 6 and origin.get("job"):
+        origin["job"]["run_id"] = "run-other"
+    elif how == 7 and origin.get("job"):
+        origin["job"]["mode"] = "background" if origin["job"]["mode"] == "in_chat" else "in_chat"
+    elif how == 8 and origin.get("subagent"):
+        origin["subagent"]["label"] = "other"
+    elif how == 9 and origin["kind"] in ("automation_result", "failure_alert"):
+        origin["kind"] = "failure_alert" if origin["kind"] == "automation_result" \
+            else "automation_result"
+    elif how == 10:
+        other = next(a for a in ("ops", "sales", "scout") if a != out["agent_id"])
+        if out.get("destination_agent_id") == other:
+            return None
+        out["destination_agent_id"] = other
+    else:
+        return None
+    return out
+
+
+@given(confirmations(), st.integers(0, 10))
+def test_other_content_has_another_fingerprint(wire: dict[str, Any], how: int) -> None:
+    changed = _other_content(wire, how)
+    if changed is not None:
+        assert stored(changed) != stored(wire)
+
+
+# --- every field of the record is either content or deliberately not ---------------------
+
+CONTENT = {
+    "DeliveryConfirmation": {"agent_id", "session_key", "destination_agent_id", "origin",
+                             "payload"},
+    "Origin": {"kind", "turn", "job", "subagent"},
+    "Turn": {"session_key", "turn_id"},
+    "Job": {"id", "name", "run_id", "mode", "session_key"},
+    "Subagent": {"run_id", "agent_id", "label"},
+    "Payload": {"text", "media"},
+    "Media": {"kind", "name"},
+}
+NOT_CONTENT = {
+    "DeliveryConfirmation": {"schema_", "send_id", "confirmed_at", "route", "receipt"},
+    "Payload": {"native"},
+    "Media": {"url", "mime"},
+}
 
 
 def _models(model: type[BaseModel]) -> list[type[BaseModel]]:
     out = [model]
     for field in model.model_fields.values():
-        for arg in (field.annotation, *get_args(field.annotation)):
-            if isinstance(arg, type) and issubclass(arg, BaseModel) and arg not in out:
-                out += _models(arg)
+        for arg in (field.annotation, *getattr(field.annotation, "__args__", ())):
+            for inner in (arg, *getattr(arg, "__args__", ())):
+                if isinstance(inner, type) and issubclass(inner, BaseModel) and inner not in out:
+                    out += _models(inner)
     return out
 
 
-def _nullable(annotation: Any) -> bool:
-    return get_origin(annotation) in (Union, types.UnionType) and type(None) in get_args(annotation)
-
-
-@pytest.mark.parametrize("model", _models(Origin), ids=lambda m: m.__name__)
-def test_origin_exclude_none_is_exclude_defaults(model: type[BaseModel]) -> None:
-    """fingerprint serialises Origin with exclude_none, which is exclude_defaults only while
-    every field with a default defaults to None and no required field is nullable."""
-    for name, field in model.model_fields.items():
-        if field.is_required():
-            assert not _nullable(field.annotation), f"{model.__name__}.{name}"
-        else:
-            assert field.default is None, f"{model.__name__}.{name}"
+def test_every_field_of_a_confirmation_is_classified() -> None:
+    """A field added to the contract must be put on one side (and the pins reconsidered)."""
+    for model in _models(DeliveryConfirmation):
+        name = model.__name__
+        if name not in CONTENT and name not in NOT_CONTENT:
+            continue  # a model that is not content at all (Route, Receipt, Native)
+        fields = set(model.model_fields)
+        assert fields == CONTENT.get(name, set()) | NOT_CONTENT.get(name, set()), name
+    assert {m.__name__ for m in _models(DeliveryConfirmation)} == {
+        *CONTENT, "Route", "Receipt", "Native",
+    }

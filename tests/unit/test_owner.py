@@ -1,20 +1,23 @@
-"""Owner.handle, the worker's per-record path, against replay's fold and the plain wire forms.
+"""Owner.handle, the one step of the worker, `audit` and `replay`, against the core's fold
+and the plain wire forms.
 
-The worker and `audit` call Owner.handle, `replay` folds decide: they must agree outcome for
-outcome, and the records sent must be the models' model_dump_json bytes.
+Outcome for outcome it must agree with `fold` over the same records, and the records sent
+must be the models' model_dump_json bytes. What it asks the shell to store (a head, a seen
+record) is a return value: stored back into a MemoryState, the next record sees it.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from collections import Counter
+from datetime import UTC, datetime, timedelta
 
 from hypothesis import given
 from kafka.partitioner.default import murmur2
 
 from schemas import Invalid, parse_input
 from tests.unit.test_properties import INPUTS
-from tests.unit.wire import WRITTEN_AT, run
-from workers.core import DEFAULT_DEDUPE_WINDOW, EMPTY_STATE, SessionState, session_key_of
+from tests.unit.wire import WRITTEN_AT, confirmation, dumps, run
+from workers.core import DEFAULT_DEDUPE_WINDOW, EMPTY_HEAD, MemoryState, session_key_of
 from workers.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES, OutRecord, Source
 from workers.owner import Owner
 from workers.partitioning import partition_for
@@ -40,11 +43,13 @@ def source(offset: int, line: bytes, *, moved: bool = False) -> Source:
 @given(INPUTS)
 def test_owner_agrees_with_replay_and_sends_the_models_json(lines: list[bytes]) -> None:
     owner = Owner(PARTITIONS, DEFAULT_DEDUPE_WINDOW, lambda: WRITTEN_AT)
-    states: dict[str, SessionState] = {}
+    state = MemoryState()
     for offset, (line, outcome) in enumerate(zip(lines, run(lines), strict=True)):
         src = source(offset, line)
-        step = owner.handle(src, lambda key: states.get(key, EMPTY_STATE))
+        step = owner.handle(src, state)
         assert step.outcome == outcome.kind
+        assert step.decided == outcome
+        assert step.session_key == outcome.session_key
         expected: list[OutRecord] = []
         if outcome.kind == "dead_letter":
             assert outcome.error is not None
@@ -64,9 +69,12 @@ def test_owner_agrees_with_replay_and_sends_the_models_json(lines: list[bytes]) 
             value = d.model_dump_json().encode()
             expected.append(OutRecord(DIAGNOSTICS, d.session_key.encode(), value))
         assert step.sends == expected
-        if step.new_state is not None:
+        if step.head is not None or step.seen is not None:
             assert step.session_key is not None
-            states[step.session_key] = step.new_state
+        if step.seen is not None:
+            assert step.seen[0] == outcome.send_id
+        state.remember(step.session_key or "", step.head, step.seen)
+    assert owner.counts == Counter(o.kind for o in run(lines))
 
 
 @given(INPUTS)
@@ -74,10 +82,47 @@ def test_a_record_off_its_home_is_forwarded_unchanged(lines: list[bytes]) -> Non
     owner = Owner(PARTITIONS, timedelta(days=7), lambda: WRITTEN_AT)
     for offset, line in enumerate(lines):
         src = source(offset, line, moved=True)
-        step = owner.handle(src, lambda key: EMPTY_STATE)
+        step = owner.handle(src, MemoryState())
         if step.outcome != "dead_letter":
             assert step.outcome == "rekeyed" and step.session_key is not None
+            assert (step.decided, step.head, step.seen) == (None, None, None)
             partition = partition_for(step.session_key, PARTITIONS)
             assert partition == home(step.session_key) != src.partition
             headers = (("rekeyed.from", f"{src.partition}:{offset}".encode()),)
             assert step.sends == [OutRecord(CONFIRMATIONS, src.key, line, partition, headers)]
+
+
+def test_without_partitions_nothing_is_rekeyed() -> None:
+    """replay's Owner: a file has no partitions, so every record is decided where it is."""
+    owner = Owner(None, DEFAULT_DEDUPE_WINDOW, lambda: WRITTEN_AT)
+    line = dumps(confirmation(session_key="Telegram:Group:-100123"))
+    step = owner.handle(Source("replay", 0, 1, None, line), MemoryState())
+    assert step.outcome == "written" and step.decided is not None
+    assert step.head is not None and step.head.next_seq == 2
+    assert step.seen is not None and step.seen[0] == "outbound-delivery:d1:0"
+    assert [o.topic for o in step.sends] == [ENTRIES, DIAGNOSTICS]  # + session_key_mismatch
+
+
+def test_now_is_the_workers_clock_and_written_at_the_entries() -> None:
+    """`now` (when the broker appended the record) is what the skew allowance is measured
+    from; written_at comes from the owner's clock."""
+    owner = Owner(None, DEFAULT_DEDUPE_WINDOW, lambda: WRITTEN_AT)
+    line = dumps(confirmation(confirmed_at="2025-03-01T12:10:00Z"))
+    early = datetime(2025, 3, 1, 12, tzinfo=UTC)
+    step = owner.handle(Source("replay", 0, 1, None, line), MemoryState(), early)
+    assert step.decided is not None and step.decided.entry is not None
+    assert step.decided.entry.written_at == WRITTEN_AT
+    assert [d.code for d in step.decided.diagnostics] == ["clock_skew"]
+    assert step.head is not None and step.head.clock == early  # moved to the worker's clock only
+    step = owner.handle(Source("replay", 0, 2, None, line), MemoryState())  # now = clock()
+    assert step.decided is not None and step.decided.diagnostics == ()
+
+
+def test_a_duplicate_asks_to_store_nothing() -> None:
+    owner = Owner(None, DEFAULT_DEDUPE_WINDOW, lambda: WRITTEN_AT)
+    state, line = MemoryState(), dumps(confirmation())
+    first = owner.handle(Source("replay", 0, 1, None, line), state)
+    state.remember(first.session_key or "", first.head, first.seen)
+    again = owner.handle(Source("replay", 0, 2, None, line), state)
+    assert (again.outcome, again.head, again.seen, again.sends) == ("duplicate", None, None, [])
+    assert state.head(first.session_key or "") != EMPTY_HEAD

@@ -3,6 +3,10 @@
 Determinism, restartability (prefix, state through bytes, rest == whole), idempotence
 under redelivery, exactly one outcome per input, contiguous seq per session, and entries
 that never change once emitted — what the worker's recovery and `audit` rely on.
+
+INPUTS mixes in hostile lines (issue 12): timestamps out of range, NaN and Infinity inside
+native items, turn replies without their turn, keys of another agent, confirmations and
+resets dated far ahead of the worker's clock, retries with re-signed media URLs.
 """
 
 from __future__ import annotations
@@ -16,8 +20,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schemas import Route
-from tests.unit.wire import T0, run
-from workers.core import OUTCOME_KINDS, Outcome, SessionState, session_key_for_route
+from tests.unit.wire import T0, WRITTEN_AT, run
+from workers.core import (
+    OUTCOME_KINDS,
+    MemoryState,
+    Outcome,
+    Seen,
+    SessionHead,
+    session_key_for_route,
+)
 
 AGENTS = ("ops", "sales")
 ROUTES = (
@@ -64,7 +75,7 @@ def confirmations(draw: st.DrawFn) -> dict[str, Any]:
         )
     )
     origin: dict[str, Any] = {"kind": kind}
-    if kind in ("turn_reply", "message_tool") and draw(st.booleans()):
+    if kind == "turn_reply" or (kind == "message_tool" and draw(st.booleans())):
         turn_key = draw(st.sampled_from([key, key, *others]))  # often this very chat
         origin["turn"] = {"session_key": _spell(turn_key, draw(st.integers(0, 3))), "turn_id": "t"}
     if kind in ("automation_result", "failure_alert"):
@@ -134,6 +145,54 @@ def invalid_lines(draw: st.DrawFn) -> bytes:
     return json.dumps(good).encode()
 
 
+# Times no connector should send, but some do: out of the contract's range (invalid), and
+# in range but far ahead of the worker's clock (WRITTEN_AT in replay and these tests).
+OUT_OF_RANGE = ["0001-01-01T00:00:00Z", "9999-12-31T23:00:00-05:00", "1969-12-31T23:59:59Z",
+                "3000-01-01T00:00:00Z"]
+# (Not "just inside the allowance": that moves the session clock a month past the other
+# records, and a redelivery after it is rightly a new send; test_decide has that edge.)
+AHEAD = ["2099-01-01T00:00:00Z", "2999-12-31T23:59:59Z", "3000-01-01T00:59:59+01:00",
+         (WRITTEN_AT + timedelta(minutes=5, seconds=1)).isoformat()]  # just outside
+
+
+@st.composite
+def hostile_lines(draw: st.DrawFn) -> bytes:
+    """A record of issue 12's findings (pure ones), as bytes."""
+    record = draw(confirmations())
+    how = draw(st.integers(0, 8))
+    if how == 0:  # a timestamp out of range: dead letter naming it
+        field = draw(st.sampled_from(["confirmed_at", "receipt.sent_at"]))
+        parent, _, name = field.rpartition(".")
+        (record[parent] if parent else record)[name] = draw(st.sampled_from(OUT_OF_RANGE))
+    elif how == 1:  # NaN/Infinity inside a native item: not JSON
+        value = draw(st.sampled_from([float("nan"), float("inf"), float("-inf")]))
+        record["payload"]["native"] = [{"kind": "embed", "score": value}]
+        return json.dumps(record).encode()
+    elif how == 2:  # a turn reply without its turn: invalid
+        record["origin"] = {"kind": "turn_reply"}
+    elif how == 3:  # the key of a chat of another agent
+        agent = record["agent_id"]
+        record["session_key"] = draw(st.sampled_from([k for a, _, k in CHATS if a != agent]))
+        if draw(st.booleans()):
+            record["destination_agent_id"] = agent  # says "mine": rule 4 still applies
+    elif how == 4:  # dated ahead of the worker's clock
+        record["confirmed_at"] = draw(st.sampled_from(AHEAD))
+    elif how == 5:  # a reset dated ahead
+        _, _, key = draw(st.sampled_from(CHATS))
+        reset = {"schema": "session-reset/1", "session_key": key,
+                 "reset_at": draw(st.sampled_from(AHEAD))}
+        return json.dumps(reset).encode()
+    else:  # a send_id sent again with a re-signed URL, another mime, maybe a key respelled
+        media: dict[str, Any] = {"kind": "image", "name": "a.png",
+                                 "url": f"https://cdn.example/a?sig={draw(st.integers(0, 9))}"}
+        if draw(st.booleans()):
+            media["mime"] = draw(st.sampled_from(["image/png", "image/x-png"]))
+        record["payload"] = {"text": f"{TEXT_MARK} m", "media": [media]}
+        record["origin"] = {"kind": "message_tool"}
+        record["send_id"] = "s-media"
+    return json.dumps(record, ensure_ascii=False).encode()
+
+
 _CONFIRMATION = confirmations().map(lambda r: json.dumps(r, ensure_ascii=False).encode())
 LINE = st.one_of(
     _CONFIRMATION,
@@ -142,6 +201,7 @@ LINE = st.one_of(
     _CONFIRMATION,
     resets().map(lambda r: json.dumps(r).encode()),
     invalid_lines(),
+    hostile_lines(),
 )
 
 
@@ -180,14 +240,17 @@ def test_prefix_then_rest_through_state_bytes_equals_the_whole(
     lines: list[bytes], data: st.DataObject
 ) -> None:
     cut = data.draw(st.integers(0, len(lines)))
-    states: dict[str, SessionState] = {}
-    first = run(lines[:cut], states)
-    restored = {k: SessionState.from_bytes(v.to_bytes()) for k, v in states.items()}
-    assert restored == states
+    state = MemoryState()
+    first = run(lines[:cut], state)
+    restored = MemoryState(
+        {k: SessionHead.from_bytes(v.to_bytes()) for k, v in state.heads.items()},
+        {k: Seen.from_bytes(v.to_bytes()) for k, v in state.seens.items()},
+    )
+    assert restored == state
     rest = run(lines[cut:], restored)
-    whole_states: dict[str, SessionState] = {}
-    assert first + rest == run(lines, whole_states)
-    assert restored == whole_states
+    whole_state = MemoryState()
+    assert first + rest == run(lines, whole_state)
+    assert restored == whole_state
 
 
 @given(INPUTS, st.data())

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from schemas import DeliveryConfirmation, SessionReset, parse_input
-from workers.core import DEFAULT_DEDUPE_WINDOW, Outcome, SessionState, fold
+from workers.core import DEFAULT_DEDUPE_WINDOW, MemoryState, Outcome, fold
 
 T0 = "2025-03-01T12:00:00Z"
 
@@ -82,12 +82,14 @@ WRITTEN_AT = datetime(2025, 4, 1, tzinfo=UTC)
 
 def run(
     lines: list[bytes],
-    states: dict[str, SessionState] | None = None,
+    states: MemoryState | None = None,
     *,
     dedupe_window: timedelta = DEFAULT_DEDUPE_WINDOW,
 ) -> list[Outcome]:
-    """Replay wire lines through parse + fold, as `replay` does (states updated in place)."""
-    states = {} if states is None else states
+    """Wire lines through parse and the core's fold (`states` updated in place). `replay` and
+    the worker run Owner.handle, which agrees outcome for outcome (test_owner, and
+    test_hostile_core over the worker's store)."""
+    states = MemoryState() if states is None else states
     items = (parse_input(line) for line in lines)
     return list(fold(states, items, written_at=WRITTEN_AT, dedupe_window=dedupe_window))
 

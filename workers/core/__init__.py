@@ -2,24 +2,25 @@
 
 Connectors and inbound producers build session keys with `session_key_for_route` and
 normalise given keys with `canonical_session_key`: the same code the worker uses, so the
-two directions agree by construction. The worker, replay and audit fold `decide` (via
-`step`/`fold`) over the input.
+two directions agree by construction. The worker, replay and audit decide every record
+through `decide_in` (`step`/`fold` for a store in memory).
 """
 
 from workers.core.decide import (
+    CLOCK_SKEW_ALLOWANCE,
     DEFAULT_DEDUPE_WINDOW,
     ENTRY_ID_NAMESPACE,
+    Decision,
     decide,
-    decide_keyed,
     entry_id,
     is_native_only,
     posted_by,
     session_key_of,
+    skewed,
 )
 from workers.core.fingerprint import fingerprint
-from workers.core.fold import States, fold, step
+from workers.core.fold import MemoryState, StateView, StoreFailure, decide_in, failed, fold, step
 from workers.core.outcomes import OUTCOME_KINDS, Outcome, OutcomeKind, dead_letter
-from workers.core.seen import Seen, SeenMap
 from workers.core.session_keys import (
     DM_SCOPES,
     DmScope,
@@ -27,32 +28,53 @@ from workers.core.session_keys import (
     canonical_session_key,
     session_key_for_route,
 )
-from workers.core.state import EMPTY_STATE, SessionState
+from workers.core.state import (
+    EMPTY_HEAD,
+    UNKNOWN_FINGERPRINT,
+    Seen,
+    SessionHead,
+    UnreadableState,
+    decode_v1,
+    head_key,
+    parse_seen_key,
+    seen_key,
+)
 
 __all__ = [
+    "CLOCK_SKEW_ALLOWANCE",
     "DEFAULT_DEDUPE_WINDOW",
     "DM_SCOPES",
-    "EMPTY_STATE",
+    "EMPTY_HEAD",
     "ENTRY_ID_NAMESPACE",
     "OUTCOME_KINDS",
+    "UNKNOWN_FINGERPRINT",
+    "Decision",
     "DmScope",
+    "MemoryState",
     "Outcome",
     "OutcomeKind",
     "RouteLike",
     "Seen",
-    "SeenMap",
-    "SessionState",
-    "States",
+    "SessionHead",
+    "StateView",
+    "StoreFailure",
+    "UnreadableState",
     "canonical_session_key",
     "dead_letter",
     "decide",
-    "decide_keyed",
+    "decide_in",
+    "decode_v1",
     "entry_id",
+    "failed",
     "fingerprint",
     "fold",
+    "head_key",
     "is_native_only",
+    "parse_seen_key",
     "posted_by",
+    "seen_key",
     "session_key_for_route",
     "session_key_of",
+    "skewed",
     "step",
 ]

@@ -1,15 +1,17 @@
-"""The decision function: (session state, input record) -> (new state, exactly one outcome).
+"""The decision function: (session head, remembered send_id, input record) -> a Decision.
 
 Rules 2-7 of DESIGN.md are in this file, in the order they apply (Rule 1, invalid bytes, is
-decided at the edge: schemas/parse.py). The worker, `replay` and `audit` all call `decide`,
-so an audit compares the pipeline against these rules, not against a second
-implementation. Pure: no I/O, no clock (`written_at` is passed in).
+decided at the edge: schemas/parse.py). The worker, `replay` and `audit` all call `decide`
+(through `workers.core.fold.step`), so an audit compares the pipeline against these rules,
+not against a second implementation. Pure: no I/O, no clock (`now` and `written_at` are
+passed in).
 """
 
 from __future__ import annotations
 
 import hashlib
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from schemas import (
@@ -23,6 +25,7 @@ from schemas import (
 from schemas.records import InputRecord, Payload
 from workers.core.fingerprint import fingerprint
 from workers.core.outcomes import (
+    CLOCK_SKEW,
     CONFLICTING_DUPLICATE,
     DESTINATION_BOUND_TO_OTHER_AGENT,
     IN_CHAT_JOB_DELIVERED_ELSEWHERE,
@@ -33,11 +36,12 @@ from workers.core.outcomes import (
     dead_letter,
     diagnostic,
 )
-from workers.core.seen import Seen, SeenMap
 from workers.core.session_keys import canonical_session_key
-from workers.core.state import SessionState
+from workers.core.state import UNKNOWN_FINGERPRINT, Seen, SessionHead
 
 DEFAULT_DEDUPE_WINDOW = timedelta(days=7)
+# How far a record's time may be ahead of the worker's clock (rules 3 and 7).
+CLOCK_SKEW_ALLOWANCE = timedelta(minutes=5)
 
 # entry_id = uuid5(ENTRY_ID_NAMESPACE, send_id). Fixed forever: changing it would give every
 # re-derived entry a new id, and an audit would report the whole topic as different.
@@ -59,96 +63,118 @@ def session_key_of(record: InputRecord) -> str | Invalid:
     return _canonical_or_invalid("session_key", record.session_key, record.agent_id)
 
 
-def decide(
-    state: SessionState,
-    record: InputRecord,
-    *,
-    written_at: datetime,
-    dedupe_window: timedelta = DEFAULT_DEDUPE_WINDOW,
-) -> tuple[SessionState, Outcome]:
-    """Apply the rules to one valid record of the session whose state is `state`.
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One record decided: the session's new head, the send_id to remember, the outcome.
 
-    Rule 1 (invalid bytes) is decided at the edge by schemas.parse_input; a record whose
-    session key names no agent is a dead letter here. The input state is never modified.
+    `head` is the given head object when nothing in it changed; `seen` is None when no
+    send_id is to be (re)stored.
     """
-    key = session_key_of(record)
-    if isinstance(key, Invalid):
-        return state, dead_letter(key.reason, send_id=getattr(record, "send_id", None))
-    return decide_keyed(state, record, key, written_at=written_at, dedupe_window=dedupe_window)
+
+    head: SessionHead
+    seen: Seen | None
+    outcome: Outcome
 
 
-def decide_keyed(
-    state: SessionState,
+def decide(
+    head: SessionHead,
+    prior: Seen | None,
     record: InputRecord,
     key: str,
     *,
+    now: datetime,
     written_at: datetime,
     dedupe_window: timedelta = DEFAULT_DEDUPE_WINDOW,
-) -> tuple[SessionState, Outcome]:
-    """`decide` for a caller that already has `key == session_key_of(record)` (to look the
-    state up) and should not pay for it twice."""
-    if written_at.tzinfo is None:
-        raise ValueError("written_at needs a UTC offset")
+) -> Decision:
+    """Apply rules 2-7 to one valid record of session `key` (== session_key_of(record)).
+
+    `head` is the session's head, `prior` what the session remembers of the record's send_id
+    (None for a reset, or when it remembers nothing). `now` is the worker's clock for this
+    record (the time the broker appended it; replay's --written-at): the skew allowance is
+    measured from it. `written_at` goes into the entry. Nothing given is modified.
+    """
+    if now.tzinfo is None or written_at.tzinfo is None:
+        raise ValueError("now and written_at need a UTC offset")
     if isinstance(record, SessionReset):
-        return _reset(state, record, key)
-    return _confirmation(state, record, key, written_at, dedupe_window)
+        return _reset(head, record, key, now)
+    return _confirmation(head, prior, record, key, now, written_at, dedupe_window)
+
+
+def skewed(at: datetime, now: datetime) -> bool:
+    """`at` is further ahead of the worker's clock than a connector's clock may be."""
+    return at - now > CLOCK_SKEW_ALLOWANCE
 
 
 # --- Rule 2: resets -----------------------------------------------------------------------
 
 
-def _reset(state: SessionState, record: SessionReset, key: str) -> tuple[SessionState, Outcome]:
+def _reset(head: SessionHead, record: SessionReset, key: str, now: datetime) -> Decision:
     """A reset chat is the same chat: later sends land in it, in the next epoch.
 
     A reset no later than the last one applied is that reset redelivered: nothing changes.
+    A reset dated ahead of the worker's clock counts as made now, or one reset dated 2999
+    would make every later reset look redelivered.
     """
-    if state.last_reset_at is not None and record.reset_at <= state.last_reset_at:
-        return state, Outcome("duplicate", key, None)
-    new = SessionState(state.epoch + 1, state.next_seq, state.clock, record.reset_at, state.seen)
-    return new, Outcome("reset", key, None)
+    at, diags = record.reset_at, ()
+    if skewed(at, now):
+        at = now
+        diags = (_skew_diagnostic(key, None, record.reset_at, now),)
+    last = head.last_reset_at
+    if last is not None and skewed(last, now):
+        last = None  # stored before resets were clamped (format 1): it proves nothing
+    if last is not None and at <= last:
+        return Decision(head, None, Outcome("duplicate", key, None))
+    new = SessionHead(head.epoch + 1, head.next_seq, head.clock, at)
+    return Decision(new, None, Outcome("reset", key, None, diagnostics=diags))
 
 
 # --- Rules 3-7: confirmations -------------------------------------------------------------
 
 
 def _confirmation(
-    state: SessionState,
+    head: SessionHead,
+    prior: Seen | None,
     record: DeliveryConfirmation,
     key: str,
+    now: datetime,
     written_at: datetime,
     window: timedelta,
-) -> tuple[SessionState, Outcome]:
+) -> Decision:
     send_id, at, origin = record.send_id, record.confirmed_at, record.origin
     # Keys a rule compares must name an agent, or the record is a dead letter.
     turn_key = job_key = None
-    if origin.kind == "turn_reply" and origin.turn is not None:
+    if origin.turn is not None:
         turn_key = _canonical_or_invalid(
             "origin.turn.session_key", origin.turn.session_key, record.agent_id
         )
         if isinstance(turn_key, Invalid):
-            return state, dead_letter(turn_key.reason, key, send_id=send_id)
+            if origin.kind == "turn_reply":
+                return Decision(head, None, dead_letter(turn_key.reason, key, send_id=send_id))
+            turn_key = origin.turn.session_key  # compared by no rule: kept as given
     job = origin.job
-    if job is not None and job.mode == "in_chat" and job.session_key is not None:
+    if job is not None and job.session_key is not None:
         job_key = _canonical_or_invalid("origin.job.session_key", job.session_key, record.agent_id)
         if isinstance(job_key, Invalid):
-            return state, dead_letter(job_key.reason, key, send_id=send_id)
+            if job.mode == "in_chat":
+                return Decision(head, None, dead_letter(job_key.reason, key, send_id=send_id))
+            job_key = job.session_key
 
-    # Rule 3: dedupe. The window is measured on the session clock (latest confirmed_at), and
-    # an entry's first_seen is that clock, so first_seen only grows and pruning is cheap.
-    # A send_id older than the window is treated as new.
-    fp = fingerprint(record, key)
-    clock = at if state.clock is None or at > state.clock else state.clock
-    seen = state.seen_map.pruned(clock - window)
-    prior = seen.get(send_id)
-    if prior is not None:
-        unchanged = seen is state.seen and clock is state.clock
-        kept = (
-            state
-            if unchanged
-            else SessionState(state.epoch, state.next_seq, clock, state.last_reset_at, seen)
-        )
-        if prior.fingerprint == fp:
-            return kept, Outcome("duplicate", key, send_id)
+    # Rule 3: dedupe, on the session clock. A confirmed_at too far ahead of the worker's
+    # clock does not move it there (written as shown, flagged by Rule 7): the record counts
+    # as made at the worker's clock, so no connector can make the session forget its
+    # send_ids, and a connector whose clock runs fast still lets old send_ids expire.
+    ahead = skewed(at, now)
+    effective = now if ahead else at
+    clock = head.clock
+    if clock is not None and skewed(clock, now):
+        clock = now  # pushed ahead before clocks were clamped (format 1): clamp it
+    if clock is None or effective > clock:
+        clock = effective
+    fp = fingerprint(record, key, turn_key, job_key)
+    if prior is not None and clock - prior.first_seen <= window:
+        kept = head if clock is head.clock else _with_clock(head, clock)
+        if prior.fingerprint == fp or prior.fingerprint == UNKNOWN_FINGERPRINT:
+            return Decision(kept, None, Outcome("duplicate", key, send_id))
         # In UTC: the stored state keeps instants, not the offsets they were written with.
         first_seen = prior.first_seen.astimezone(UTC).isoformat().replace("+00:00", "Z")
         detail = (
@@ -156,19 +182,23 @@ def _confirmation(
             f"different content (fingerprint {prior.fingerprint}, now {fp}); nothing written"
         )
         conflict = diagnostic("error", CONFLICTING_DUPLICATE, key, send_id, detail, at)
-        return kept, Outcome("conflict", key, send_id, diagnostics=(conflict,))
+        return Decision(kept, None, Outcome("conflict", key, send_id, diagnostics=(conflict,)))
     # Every processed confirmation is remembered, whatever rule below decides it.
-    seen = seen.with_entry(send_id, Seen(clock, fp))
+    seen = Seen(clock, fp)
+    kept = head if clock is head.clock else _with_clock(head, clock)
 
-    # Rule 4: the destination chat is bound to another agent (Rule 1 exception).
+    # Rule 4: the destination chat is bound to another agent (Rule 1 exception). No agent
+    # writes into another agent's transcript, whatever destination_agent_id says.
     dest = record.destination_agent_id
-    if dest is not None and dest != record.agent_id:
+    owner = key.split(":", 2)[1]
+    if (dest is not None and dest != record.agent_id) or owner != record.agent_id:
+        bound = dest if dest is not None and dest != record.agent_id else owner
         detail = (
-            f"destination chat is bound to agent {dest}, not the sender {record.agent_id}; "
+            f"destination chat is bound to agent {bound}, not the sender {record.agent_id}; "
             "the message was sent and is written to no agent's transcript"
         )
         diag = diagnostic("warn", DESTINATION_BOUND_TO_OTHER_AGENT, key, send_id, detail, at)
-        return _kept(state, clock, seen), Outcome("other_agent", key, send_id, diagnostics=(diag,))
+        return Decision(kept, seen, Outcome("other_agent", key, send_id, diagnostics=(diag,)))
 
     # Rule 5: native-only payload (Rule 1 exception): no honest text to write.
     if is_native_only(record.payload):
@@ -178,16 +208,33 @@ def _confirmation(
             "the message was sent and nothing is written"
         )
         diag = diagnostic("warn", NATIVE_ONLY_PAYLOAD, key, send_id, detail, at)
-        return _kept(state, clock, seen), Outcome("native_only", key, send_id, diagnostics=(diag,))
+        return Decision(kept, seen, Outcome("native_only", key, send_id, diagnostics=(diag,)))
 
     # Rule 6: the reply of a turn running in this very chat: that turn already wrote it.
     if origin.kind == "turn_reply" and turn_key == key:
-        return _kept(state, clock, seen), Outcome("skipped_same_turn", key, send_id)
+        return Decision(kept, seen, Outcome("skipped_same_turn", key, send_id))
 
     # Rule 7: append one entry with the next seq (seq never restarts, not even on reset).
-    entry = _entry(state, record, key, written_at)
-    new = SessionState(state.epoch, state.next_seq + 1, clock, state.last_reset_at, seen)
-    return new, Outcome("written", key, send_id, entry, _write_diagnostics(record, key, job_key))
+    entry = _entry(head, record, key, written_at)
+    new = SessionHead(head.epoch, head.next_seq + 1, clock, head.last_reset_at)
+    diags = _write_diagnostics(record, key, job_key if job and job.mode == "in_chat" else None)
+    if ahead:
+        diags += (_skew_diagnostic(key, send_id, at, now),)
+    return Decision(new, seen, Outcome("written", key, send_id, entry, diags))
+
+
+def _with_clock(head: SessionHead, clock: datetime) -> SessionHead:
+    return SessionHead(head.epoch, head.next_seq, clock, head.last_reset_at)
+
+
+def _skew_diagnostic(key: str, send_id: str | None, at: datetime, now: datetime) -> Diagnostic:
+    ahead = int((at - now).total_seconds())
+    detail = (
+        f"the record's time is {ahead} s ahead of the worker's clock (allowance "
+        f"{int(CLOCK_SKEW_ALLOWANCE.total_seconds())} s): handled as shown; the session's "
+        "dedupe clock counts it as made at the worker's clock"
+    )
+    return diagnostic("warn", CLOCK_SKEW, key, send_id, detail, at)
 
 
 def is_native_only(payload: Payload) -> bool:
@@ -195,13 +242,8 @@ def is_native_only(payload: Payload) -> bool:
     return not payload.media and not (payload.text and not payload.text.isspace())
 
 
-def _kept(state: SessionState, clock: datetime, seen: SeenMap) -> SessionState:
-    """The state after a confirmation that writes nothing: only the dedupe memory moves."""
-    return SessionState(state.epoch, state.next_seq, clock, state.last_reset_at, seen)
-
-
 def _entry(
-    state: SessionState, record: DeliveryConfirmation, key: str, written_at: datetime
+    head: SessionHead, record: DeliveryConfirmation, key: str, written_at: datetime
 ) -> TranscriptEntry:
     payload = record.payload
     # Validated (in pydantic-core, faster than model_construct): a built entry always
@@ -210,8 +252,8 @@ def _entry(
         {
             "schema": "transcript-entry/1",
             "session_key": key,
-            "epoch": state.epoch,
-            "seq": state.next_seq,
+            "epoch": head.epoch,
+            "seq": head.next_seq,
             "entry_id": entry_id(record.send_id),
             "send_id": record.send_id,
             "role": "assistant",
@@ -259,7 +301,8 @@ def _write_diagnostics(
     if job is not None and job_key is not None and job_key != key:
         named = f"{job.id} ({job.name})" if job.name else job.id
         detail = (
-            f"in-chat job {named} delivered to {key}, outside its chat {job_key}; an in-chat "
+            f"in-chat job {_short(named)} delivered to {_short(key)}, outside its chat "
+            f"{_short(job_key)}; an in-chat "
             "job cannot deliver elsewhere: run `transcript-owner doctor` to migrate it to a "
             "background job"
         )
@@ -274,13 +317,21 @@ def _write_diagnostics(
             )
         )
     if record.session_key != key:
-        detail = f"sender's session key {record.session_key!r} is not canonical; canonical: {key!r}"
+        detail = (
+            f"sender's session key {_short(record.session_key)!r} is not canonical; "
+            f"canonical: {_short(key)!r}"
+        )
         out.append(
             diagnostic(
                 "info", SESSION_KEY_MISMATCH, key, record.send_id, detail, record.confirmed_at
             )
         )
     return tuple(out)
+
+
+def _short(text: str, limit: int = 200) -> str:
+    """A key or name as a diagnostic's detail quotes it: bounded (a key can be long)."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _canonical_or_invalid(field: str, raw: str, agent_id: str) -> str | Invalid:
@@ -291,11 +342,13 @@ def _canonical_or_invalid(field: str, raw: str, agent_id: str) -> str | Invalid:
 
 
 __all__ = [
+    "CLOCK_SKEW_ALLOWANCE",
     "DEFAULT_DEDUPE_WINDOW",
+    "Decision",
     "ENTRY_ID_NAMESPACE",
     "OutcomeKind",
     "decide",
-    "decide_keyed",
+    "skewed",
     "entry_id",
     "is_native_only",
     "posted_by",

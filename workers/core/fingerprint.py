@@ -1,60 +1,51 @@
 """Content fingerprint of a confirmation, to tell a retry from a different send (Rule 3).
 
-Covers who sent what where: agent_id, the canonical session key, destination_agent_id,
-origin and payload. Not the receipt or confirmed_at: a connector's retry may carry a new
-receipt and a new time for the same visible send.
-
-The hashed form is canonical JSON in the contract's field order (fixed by the models,
-whatever order the sender used), defaults left out (adding an optional field to the
-contract does not change the fingerprint of records that omit it), and the free-form
-keys of channel-native items sorted. Serialised by pydantic-core: this runs per record.
+"Content" is what an entry would hold (DESIGN rule 3): who sent it where (agent_id, the
+canonical session key, the destination agent), the text, the media as (kind, name), and the
+canonical origin (its keys in canonical form). Not the receipt, `confirmed_at`, media URLs or
+mime types, nor channel-native items: a connector's retry may carry a re-signed URL, an added
+mime type, a new receipt, a new time or another spelling of a key for the same visible send.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 import pydantic_core
 
 from schemas import DeliveryConfirmation
-from schemas.records import Origin, Payload
 
 FINGERPRINT_HEX_CHARS = 32  # 128 bits: ample to tell two sends of one send_id apart
 
-_ORIGIN = Origin.__pydantic_serializer__
-_PAYLOAD = Payload.__pydantic_serializer__
 
+def fingerprint(
+    record: DeliveryConfirmation,
+    session_key: str,
+    turn_key: str | None = None,
+    job_key: str | None = None,
+) -> str:
+    """sha256 (hex, shortened) of the canonical JSON of the record's content.
 
-def fingerprint(record: DeliveryConfirmation, session_key: str) -> str:
-    """sha256 (hex, shortened) of the canonical JSON of the record's content."""
+    `turn_key` and `job_key` are the canonical forms of origin.turn.session_key and
+    origin.job.session_key (None where absent).
+    """
     dest = record.destination_agent_id
     # "bound to the sender" is said two ways (absent, or the sender's id): one content.
     dest = None if dest == record.agent_id else dest
-    # JSON never holds a raw NUL, so the parts cannot run together. exclude_none is
-    # exclude_defaults for Origin (every field that has a default defaults to None; none is
-    # nullable otherwise: tested), without pydantic comparing nested models in Python.
-    parts = (
-        pydantic_core.to_json((record.agent_id, session_key, dest)),
-        _ORIGIN.to_json(record.origin, exclude_none=True),
-        _payload_json(record.payload),
+    origin, payload = record.origin, record.payload
+    turn, job, sub = origin.turn, origin.job, origin.subagent
+    content = (
+        record.agent_id,
+        session_key,
+        dest,
+        payload.text or "",
+        [(m.kind, m.name) for m in payload.media],
+        origin.kind,
+        None if turn is None else (turn_key, turn.turn_id),
+        None if job is None else (job.id, job.name, job.run_id, job.mode, job_key),
+        None if sub is None else (sub.run_id, sub.agent_id, sub.label),
     )
-    return hashlib.sha256(b"\x00".join(parts)).hexdigest()[:FINGERPRINT_HEX_CHARS]
-
-
-def _payload_json(payload: Payload) -> bytes:
-    if not payload.native:
-        return _PAYLOAD.to_json(payload, exclude_defaults=True)
-    # Native items keep the sender's key order (they are free-form): sort them.
-    return pydantic_core.to_json(_sorted(payload.model_dump(mode="json", exclude_defaults=True)))
-
-
-def _sorted(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _sorted(value[k]) for k in sorted(value)}
-    if isinstance(value, list):
-        return [_sorted(v) for v in value]
-    return value
+    return hashlib.sha256(pydantic_core.to_json(content)).hexdigest()[:FINGERPRINT_HEX_CHARS]
 
 
 __all__ = ["FINGERPRINT_HEX_CHARS", "fingerprint"]

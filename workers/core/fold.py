@@ -1,59 +1,138 @@
-"""Folding the decision over a stream of records: the worker's step, replay, and audit.
+"""One step of the fold over the input: look the session up, decide, remember what changed.
 
-The caller owns the state store (a dict for replay, the faust table for the worker) and
-any I/O; this module only looks a session up, decides, and stores the new state.
+The one step function of the worker, `replay` and `audit` (they differ only in the store
+behind `StateView` and in what they do with the outcome). Nothing raises out of a step but
+a failure of the store itself (`StoreFailure`): a record whose handling fails for any other
+reason, including a stored state that cannot be decoded, is a dead letter whose reason is
+the error's class and message (DESIGN rule 1), and the fold goes on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, MutableMapping
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Protocol
 
-from schemas import Invalid
+from schemas import Invalid, SessionReset
 from schemas.records import InputRecord
-from workers.core.decide import DEFAULT_DEDUPE_WINDOW, decide_keyed, session_key_of
-from workers.core.outcomes import Outcome, dead_letter
-from workers.core.state import EMPTY_STATE, SessionState
+from workers.core.decide import DEFAULT_DEDUPE_WINDOW, Decision, decide, session_key_of
+from workers.core.outcomes import HANDLING_FAILED, Outcome, dead_letter
+from workers.core.state import EMPTY_HEAD, Seen, SessionHead, UnreadableState
 
-States = MutableMapping[str, SessionState]
+_MAX_REASON_CHARS = 300
+
+
+class StoreFailure(Exception):
+    """The state store itself failed (I/O, a closed database): infrastructure, not a record.
+    The only exception a step lets through: the worker stops rather than guess."""
+
+
+class StateView(Protocol):
+    """Read access to the session state a step needs."""
+
+    def head(self, key: str) -> SessionHead: ...
+
+    def seen(self, key: str, send_id: str) -> Seen | None: ...
+
+
+@dataclass
+class MemoryState:
+    """Session state in dicts: replay's and audit's store, and the tests'."""
+
+    heads: dict[str, SessionHead] = field(default_factory=dict)
+    seens: dict[tuple[str, str], Seen] = field(default_factory=dict)
+
+    def head(self, key: str) -> SessionHead:
+        return self.heads.get(key, EMPTY_HEAD)
+
+    def seen(self, key: str, send_id: str) -> Seen | None:
+        return self.seens.get((key, send_id))
+
+    def remember(self, key: str, head: SessionHead | None, seen: tuple[str, Seen] | None) -> None:
+        """Store a step's changes: a new head, and a send_id with what to remember of it."""
+        if head is not None:
+            self.heads[key] = head
+        if seen is not None:
+            self.seens[(key, seen[0])] = seen[1]
+
+
+def decide_in(
+    view: StateView,
+    record: InputRecord,
+    key: str,
+    *,
+    now: datetime,
+    written_at: datetime,
+    dedupe_window: timedelta = DEFAULT_DEDUPE_WINDOW,
+) -> tuple[SessionHead, Decision]:
+    """(the head read, the decision) for `record` of session `key`; never raises but
+    StoreFailure. A failed decision leaves the head as it was and remembers nothing."""
+    head = EMPTY_HEAD
+    send_id = None if isinstance(record, SessionReset) else record.send_id
+    try:
+        head = view.head(key)
+        prior = None if send_id is None else view.seen(key, send_id)
+        decision = decide(
+            head, prior, record, key, now=now, written_at=written_at, dedupe_window=dedupe_window
+        )
+    except StoreFailure:
+        raise
+    except UnreadableState as exc:
+        reason = f"stored state of the session is unreadable: {exc}"
+        return head, Decision(head, None, dead_letter(_bounded(reason), key, send_id=send_id))
+    except Exception as exc:  # noqa: BLE001  (no record may stop the worker: Rule 1)
+        return head, Decision(head, None, failed(exc, key, send_id))
+    return head, decision
+
+
+def failed(exc: BaseException, key: str | None = None, send_id: str | None = None) -> Outcome:
+    """The dead letter of a record whose handling raised `exc`."""
+    return dead_letter(_bounded(f"{HANDLING_FAILED}: {type(exc).__name__}: {exc}"), key,
+                       send_id=send_id)
 
 
 def step(
-    states: States,
+    state: MemoryState,
     item: InputRecord | Invalid,
     *,
-    written_at: datetime,
+    now: datetime,
+    written_at: datetime | None = None,
     dedupe_window: timedelta = DEFAULT_DEDUPE_WINDOW,
 ) -> Outcome:
-    """Decide one parsed input (or the Invalid parse_input returned) against `states`.
-
-    The session's state is replaced only when the decision changed it, so a store that
-    writes through (the faust table's changelog) is not written for duplicates.
-    """
+    """Decide one parsed input (or the Invalid parse_input returned) against `state`."""
     if isinstance(item, Invalid):
         return dead_letter(item.reason)
+    send_id = None if isinstance(item, SessionReset) else item.send_id
     key = session_key_of(item)
     if isinstance(key, Invalid):
-        return dead_letter(key.reason, send_id=getattr(item, "send_id", None))
-    state = states.get(key, EMPTY_STATE)
-    new, outcome = decide_keyed(
-        state, item, key, written_at=written_at, dedupe_window=dedupe_window
+        return dead_letter(key.reason, send_id=send_id)
+    head, decision = decide_in(
+        state, item, key, now=now, written_at=written_at or now, dedupe_window=dedupe_window
     )
-    if new is not state:
-        states[key] = new
-    return outcome
+    seen = decision.seen
+    state.remember(
+        key,
+        None if decision.head is head else decision.head,
+        None if seen is None or send_id is None else (send_id, seen),
+    )
+    return decision.outcome
 
 
 def fold(
-    states: States,
+    state: MemoryState,
     items: Iterable[InputRecord | Invalid],
     *,
     written_at: datetime,
     dedupe_window: timedelta = DEFAULT_DEDUPE_WINDOW,
 ) -> Iterator[Outcome]:
-    """One outcome per item, in order, carrying state in `states` (updated as it goes)."""
+    """One outcome per item, in order, carrying state in `state` (updated as it goes)."""
     for item in items:
-        yield step(states, item, written_at=written_at, dedupe_window=dedupe_window)
+        yield step(state, item, now=written_at, written_at=written_at, dedupe_window=dedupe_window)
 
 
-__all__ = ["States", "fold", "step"]
+def _bounded(reason: str) -> str:
+    return reason if len(reason) <= _MAX_REASON_CHARS else reason[: _MAX_REASON_CHARS - 1] + "…"
+
+
+__all__ = ["MemoryState", "StateView", "StoreFailure", "decide_in", "failed", "fold", "step"]

@@ -31,6 +31,8 @@ DESTINATION_BOUND_TO_OTHER_AGENT = "destination_bound_to_other_agent"  # warn: R
 NATIVE_ONLY_PAYLOAD = "native_only_payload"  # warn: Rule 1 exception, no honest text
 IN_CHAT_JOB_DELIVERED_ELSEWHERE = "in_chat_job_delivered_elsewhere"  # warn: breaks Rule 2
 SESSION_KEY_MISMATCH = "session_key_mismatch"  # info: the sender's key was not canonical
+CLOCK_SKEW = "clock_skew"  # warn: a record's time was ahead of the worker's clock
+HANDLING_FAILED = "handling failed"  # dead-letter reason prefix: the step raised
 
 _DIAGNOSTIC = Diagnostic.__pydantic_validator__  # model_validate without its Python layer
 
@@ -77,7 +79,9 @@ def diagnostic(
 
 
 __all__ = [
+    "CLOCK_SKEW",
     "CONFLICTING_DUPLICATE",
+    "HANDLING_FAILED",
     "DESTINATION_BOUND_TO_OTHER_AGENT",
     "IN_CHAT_JOB_DELIVERED_ELSEWHERE",
     "NATIVE_ONLY_PAYLOAD",

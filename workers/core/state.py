@@ -1,89 +1,209 @@
 """Per-session state the decision function folds over, and its bytes for the state store.
 
-One SessionState per canonical session key. It is all the decision needs to remember:
-the reset count, the next sequence number, the dedupe memory and its clock.
+The layout is that of Kafka Streams' windowed stores: no record grows with a session's
+history, and a write costs O(1).
+
+- the **head** of a session (`SessionHead`): the reset count, the next sequence number, the
+  dedupe clock and the last reset. One small record per session, key `["h",<session_key>]`.
+- one **seen** record per remembered send_id (`Seen`: when it was first seen on the session
+  clock, and its content fingerprint), key `["s",<session_key>,<send_id>]`. It expires when
+  the session clock has moved more than the dedupe window past it: the decision then treats
+  it as absent, and the worker's sweep tombstones it.
+
+Keys are compact JSON arrays (unambiguous whatever a key holds, readable in the changelog);
+values are compact JSON with times as integer microseconds since 1970 UTC.
+
+Format 1 (before 0.2) kept the whole dedupe memory in one value under the bare session key,
+re-encoded on every write; a busy chat outgrew the changelog's message limit. `decode_v1`
+reads it for the migration. Bare keys sort after every `[` key, so a store can find its
+format-1 records with one seek.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-
-from workers.core.seen import EMPTY_SEEN, Seen, SeenMap, micros
+from json.encoder import encode_basestring  # what json.dumps(ensure_ascii=False) uses for str
+from typing import NamedTuple
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
-_FORMAT = 1  # bump when the byte layout changes; from_bytes refuses what it does not know
+_HEAD_FORMAT = 2
+_V1_FORMAT = 1
+# Stored times are checked on the way back in: a value outside this range is corrupt.
+_MIN_US, _MAX_US = 0, 32_503_680_000 * 1_000_000  # 1970-01-01 .. 3000-01-01
+V1_KEYS_FROM = b"\\"  # the first byte after "[": format-1 (bare) keys sort from here
+UNKNOWN_FINGERPRINT = ""  # a send_id migrated from format 1: its content is not comparable
+
+
+class UnreadableState(ValueError):
+    """A stored state record that cannot be decoded (corrupt, or from an unknown format)."""
 
 
 @dataclass(frozen=True, slots=True)
-class SessionState:
-    """What one session remembers between records.
+class SessionHead:
+    """What one session remembers besides its send_ids.
 
-    `clock` is the latest `confirmed_at` seen in the session: the dedupe window is measured
-    on it (event time, not wall time), so a replay decides exactly as the live worker did.
-    `seen` maps send_id -> Seen; an immutable SeenMap (a plain mapping given here is
-    converted).
+    `clock` is the dedupe window's clock: the latest `confirmed_at` seen in the session,
+    moved only by records no more than the skew allowance ahead of the worker's clock, so
+    no connector can push it (DESIGN rule 3).
     """
 
     epoch: int = 0
     next_seq: int = 1
     clock: datetime | None = None
     last_reset_at: datetime | None = None
-    seen: Mapping[str, Seen] = EMPTY_SEEN
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.seen, SeenMap):
-            object.__setattr__(self, "seen", SeenMap(self.seen.items()))
-
-    @property
-    def seen_map(self) -> SeenMap:
-        """`seen` as the SeenMap it always is (for its persistent-update methods)."""
-        return self.seen  # type: ignore[return-value]  # converted in __post_init__
 
     def to_bytes(self) -> bytes:
-        """Compact JSON for the state store; times as integer microseconds since 1970 UTC.
-
-        The bytes of json.dumps(doc, separators=(",", ":"), ensure_ascii=False) for
-        {"v", "epoch", "next_seq", "clock", "last_reset_at", "seen": [[send_id, us, fp], …]},
-        written by hand around the entries' memoized bytes (SeenMap.json_items).
-        """
-        head = b'{"v":%d,"epoch":%d,"next_seq":%d,"clock":%b,"last_reset_at":%b,"seen":[' % (
-            _FORMAT,
+        return b'{"v":%d,"epoch":%d,"next_seq":%d,"clock":%b,"last_reset_at":%b}' % (
+            _HEAD_FORMAT,
             self.epoch,
             self.next_seq,
             _json_micros(self.clock),
             _json_micros(self.last_reset_at),
         )
-        return self.seen_map.json_items(head, b"]}")
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> SessionState:
-        """Inverse of to_bytes (times come back in UTC; they compare equal as instants)."""
-        doc = json.loads(data)
-        if doc.get("v") != _FORMAT:
-            raise ValueError(f"unknown SessionState format {doc.get('v')!r}")
-        # tuple.__new__: Seen(...) would run NamedTuple's __new__, in Python, for every entry.
-        new, epoch, us = tuple.__new__, _EPOCH, _MICROSECOND
+    def from_bytes(cls, data: bytes) -> SessionHead:
+        doc = _loads(data)
+        if not isinstance(doc, dict) or doc.get("v") != _HEAD_FORMAT:
+            raise UnreadableState(f"not a session head of format {_HEAD_FORMAT}")
         return cls(
-            epoch=doc["epoch"],
-            next_seq=doc["next_seq"],
-            clock=_from_micros(doc["clock"]),
-            last_reset_at=_from_micros(doc["last_reset_at"]),
-            seen=SeenMap([(k, new(Seen, (epoch + t * us, fp))) for k, t, fp in doc["seen"]]),
+            epoch=_count(doc.get("epoch"), 0, "epoch"),
+            next_seq=_count(doc.get("next_seq"), 1, "next_seq"),
+            clock=_time(doc.get("clock"), "clock"),
+            last_reset_at=_time(doc.get("last_reset_at"), "last_reset_at"),
         )
+
+
+EMPTY_HEAD = SessionHead()
+
+
+class Seen(NamedTuple):
+    """When a send_id was first seen (session clock) and the fingerprint of its content."""
+
+    first_seen: datetime
+    fingerprint: str
+
+    def to_bytes(self) -> bytes:
+        return b"[%d,%s]" % (micros(self.first_seen), encode_basestring(self.fingerprint).encode())
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Seen:
+        doc = _loads(data)
+        if not (isinstance(doc, list) and len(doc) == 2 and isinstance(doc[1], str)):
+            raise UnreadableState("not a seen record")
+        first = _time(doc[0], "first_seen")
+        if first is None:
+            raise UnreadableState("seen record without first_seen")
+        return cls(first, doc[1])
+
+
+def micros(at: datetime) -> int:
+    """`at` as integer microseconds since 1970 UTC, the state store's time format."""
+    return (at - _EPOCH) // _MICROSECOND
+
+
+# --- keys ---------------------------------------------------------------------------------
+
+
+def head_key(session_key: str) -> bytes:
+    return b'["h",%s]' % encode_basestring(session_key).encode()
+
+
+def seen_key(session_key: str, send_id: str) -> bytes:
+    return b'["s",%s,%s]' % (
+        encode_basestring(session_key).encode(),
+        encode_basestring(send_id).encode(),
+    )
+
+
+SEEN_KEYS_FROM = b'["s",'  # every seen key starts so, and sorts after every head key
+
+
+def parse_seen_key(key: bytes) -> tuple[str, str] | None:
+    """(session_key, send_id) of a seen key; None for any other key."""
+    if not key.startswith(SEEN_KEYS_FROM):
+        return None
+    try:
+        doc = json.loads(key)
+    except ValueError:
+        return None
+    if len(doc) != 3 or not all(isinstance(part, str) for part in doc):
+        return None
+    return doc[1], doc[2]
+
+
+# --- format 1 -----------------------------------------------------------------------------
+
+
+def decode_v1(data: bytes) -> tuple[SessionHead, list[tuple[str, Seen]]]:
+    """A format-1 value as a head and its send_ids. Fingerprints are not carried over: the
+    fingerprint's definition changed with format 2 (DESIGN rule 3, "content"), so a retry of
+    a send seen before the migration is a duplicate whatever it holds."""
+    doc = _loads(data)
+    if not isinstance(doc, dict) or doc.get("v") != _V1_FORMAT:
+        raise UnreadableState(f"not a session state of format {_V1_FORMAT}")
+    head = SessionHead(
+        epoch=_count(doc.get("epoch"), 0, "epoch"),
+        next_seq=_count(doc.get("next_seq"), 1, "next_seq"),
+        clock=_time(doc.get("clock"), "clock"),
+        last_reset_at=_time(doc.get("last_reset_at"), "last_reset_at"),
+    )
+    seen = doc.get("seen")
+    if not isinstance(seen, list):
+        raise UnreadableState("seen: not a list")
+    out: list[tuple[str, Seen]] = []
+    for item in seen:
+        if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str)):
+            raise UnreadableState("seen: not [send_id, first_seen, fingerprint]")
+        first = _time(item[1], "seen.first_seen")
+        if first is None:
+            raise UnreadableState("seen: first_seen missing")
+        out.append((item[0], Seen(first, UNKNOWN_FINGERPRINT)))
+    return head, out
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def _loads(data: bytes) -> object:
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise UnreadableState(f"not JSON ({type(exc).__name__})") from None
+
+
+def _count(value: object, least: int, field: str) -> int:
+    if type(value) is not int or value < least:
+        raise UnreadableState(f"{field}: not an integer >= {least}")
+    return value
+
+
+def _time(value: object, field: str) -> datetime | None:
+    if value is None:
+        return None
+    if type(value) is not int or not _MIN_US <= value < _MAX_US:
+        raise UnreadableState(f"{field}: not a time in 1970..2999")
+    return _EPOCH + value * _MICROSECOND
 
 
 def _json_micros(at: datetime | None) -> bytes:
     return b"null" if at is None else b"%d" % micros(at)
 
 
-def _from_micros(us: int | None) -> datetime | None:
-    return None if us is None else _EPOCH + us * _MICROSECOND
-
-
-EMPTY_STATE = SessionState()
-
-__all__ = ["EMPTY_STATE", "SessionState"]
+__all__ = [
+    "EMPTY_HEAD",
+    "SEEN_KEYS_FROM",
+    "UNKNOWN_FINGERPRINT",
+    "V1_KEYS_FROM",
+    "Seen",
+    "SessionHead",
+    "UnreadableState",
+    "decode_v1",
+    "head_key",
+    "micros",
+    "parse_seen_key",
+    "seen_key",
+]
