@@ -18,7 +18,9 @@ from workers.settings import kafka_settings
 
 pytestmark = pytest.mark.kafka
 
-T0 = datetime(2026, 11, 20, tzinfo=UTC)  # before the worker's clock: nothing here is skewed
+# Five days before the worker's clock: nothing here is skewed, and every send is inside the
+# 7-day window even after the record dated 2099 moves the session clock to the worker's clock.
+T0 = (datetime.now(UTC) - timedelta(days=5)).replace(microsecond=0)
 BUSY = "agent:ops:telegram:group:-100777"
 BUSY_SENDS = 12_000
 
