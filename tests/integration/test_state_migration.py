@@ -42,9 +42,8 @@ def test_format_1_state_is_migrated_and_decides_as_before(env, topics, workers,
     w = workers()
     # a retry of a send the old state remembers (other content: its fingerprint is not
     # comparable across formats), then a new send: seq and epoch go on from the old state
-    publish(ks, ks.topic(CONFIRMATIONS),
-            [(KEY.encode(), confirmation("s1", "retried")), (KEY.encode(), confirmation("s3", "new"))],
-            8)
+    inputs = [confirmation("s1", "retried"), confirmation("s3", "new")]
+    publish(ks, ks.topic(CONFIRMATIONS), [(KEY.encode(), value) for value in inputs], 8)
     entries = Collector(ks, ks.topic(ENTRIES))
     entries.wait_for(lambda r: len(r) >= 1, 120, w)
     wait_drained(kafka_bootstrap, group_of(env), ks.topic(CONFIRMATIONS), 120, [w])
