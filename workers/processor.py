@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -48,7 +47,7 @@ from workers.session_store import SessionStore
 
 log = logging.getLogger("transcript_owner.processor")
 EXIT_FATAL = 70
-SWEEP_INTERVAL_S = 1.0  # at most one upkeep slice (expiry, migration) a second
+SWEEP_SHARE = 4  # a batch's upkeep slice (expiry, migration): a quarter as many stored keys
 _LARGE_GAP = 1000  # a skipped range this long is worth a warning (records lost to retention?)
 
 # the group's committed offsets for these partitions (None where nothing is committed)
@@ -84,7 +83,7 @@ class Processor:
         self, app: Any, inbox: Inbox, table: Any, owner: Owner, topic_names: dict[str, str],
         topic_partitions: dict[str, int], committed: CommittedOffsets,
         new_producer: Callable[[], Any], clock: BatchClock, *, max_batch: int = 20_000,
-        linger_s: float = 0.005, cache_size: int = 200_000, sweep_budget: int = 2_000,
+        linger_s: float = 0.005, cache_size: int = 200_000,
     ) -> None:
         self.clock = clock  # the owner's clock: ticked at the start of each batch
         self.committed, self.new_producer = committed, new_producer
@@ -98,8 +97,7 @@ class Processor:
         self._cursors: dict[TP, _Cursor] = {}
         self.store = SessionStore(
             lambda p: table.data._db_for_partition(p), owner.dedupe_window, cache_size)
-        self.sweep_budget = sweep_budget
-        self._next_sweep = 0.0
+        self._partitions: list[int] = []  # the input partitions of this generation
 
     async def run(self) -> None:
         self.producer = self.new_producer()
@@ -141,6 +139,7 @@ class Processor:
             cursors = await self._starts()
             if app.consumer_generation_id == generation and app.flow_control.is_active():
                 self._generation, self._cursors = generation, cursors
+                self._partitions = sorted(tp.partition for tp in cursors)
                 self.store.forget_cache()  # another worker may have owned these sessions
         # No await from here to track_message: a revocation cannot start in between.
         consumer = app.consumer
@@ -224,9 +223,7 @@ class Processor:
                 sends.append((topic, partition, o.key, o.value, o.headers))
             if step.head is not None or step.seen is not None:
                 store.remember(step.session_key, step.head, step.seen)
-        if time.monotonic() >= self._next_sweep:
-            store.sweep(sorted(tp.partition for tp in self._cursors), self.sweep_budget)
-            self._next_sweep = time.monotonic() + SWEEP_INTERVAL_S
+        store.sweep(self._partitions, max(1, len(messages) // SWEEP_SHARE))
         await send_all(self.producer, sends)
 
         writes = store.take_writes()

@@ -32,9 +32,10 @@ from workers.core import (
     parse_seen_key,
     seen_key,
 )
-from workers.core.state import SEEN_KEYS_FROM
+from workers.core.state import SEEN_KEYS_FROM, micros
 
 log = logging.getLogger("transcript_owner.state")
+_MICROSECOND = timedelta(microseconds=1)
 
 FAUST_KEYS = b"__faust"  # faust's own bookkeeping keys (the persisted changelog offset)
 Write = tuple[int, bytes, bytes | None]  # (partition, key, value or None for a tombstone)
@@ -56,6 +57,7 @@ class SessionStore:
         self._heads: dict[str, SessionHead] = {}
         self._seen: dict[tuple[str, str], Seen] = {}  # this batch's, decoded
         self._cursors: dict[int, bytes] = {}
+        self._turn = -1
         self.expired = self.migrated = 0  # totals, for the log
 
     # --- StateView ------------------------------------------------------------------------
@@ -113,39 +115,52 @@ class SessionStore:
     # --- upkeep ---------------------------------------------------------------------------
 
     def sweep(self, partitions: list[int], budget: int) -> None:
-        """Look at up to `budget` stored keys per partition, from where the last sweep of it
-        stopped: tombstone expired send_ids, migrate format-1 records (into `pending`)."""
-        for p in partitions:
-            self.partition = p
-            cursor = self._cursors.get(p, SEEN_KEYS_FROM)
-            seen_n, last = 0, None
-            for key, value in self._items(p, cursor):
-                if seen_n >= budget:
-                    break
-                seen_n += 1
-                last = key
-                if (p, key) in self.pending or key.startswith(FAUST_KEYS):
-                    continue
-                if key.startswith(SEEN_KEYS_FROM):
-                    self._expire(p, key, value)
-                elif not key.startswith(b"["):
-                    self._migrate_found(p, key, value)
-            # wrapped round: start again at the first seen key next time
-            self._cursors[p] = SEEN_KEYS_FROM if seen_n < budget or last is None else last + b"\0"
+        """Look at up to `budget` stored keys, in the next of `partitions` (round robin), from
+        where the last sweep of it stopped: tombstone expired send_ids, migrate format-1
+        records (into `pending`). The worker sweeps a quarter as many keys as it decides
+        records, so a pass over a partition takes about four windows of its input however
+        large the store, and a batch pays a bounded, small share for it."""
+        if not partitions or budget <= 0:
+            return
+        self._turn = (self._turn + 1) % len(partitions)
+        p = self.partition = partitions[self._turn]
+        cursor = self._cursors.get(p, SEEN_KEYS_FROM)
+        window_us = self.window // _MICROSECOND
+        n, last = 0, None
+        prefix: bytes | None = None  # the session of the previous seen key ...
+        clock_us: int | None = None  # ... and its clock
+        for key, value in self._items(p, cursor):
+            if n >= budget:
+                break
+            n += 1
+            last = key
+            if (p, key) in self.pending or key.startswith(FAUST_KEYS):
+                continue
+            if key.startswith(SEEN_KEYS_FROM):
+                if prefix is None or not key.startswith(prefix):  # sorted: once per session
+                    prefix, clock_us = self._session_of(key)
+                if clock_us is not None and clock_us - _first_seen_us(value) > window_us \
+                        and _readable(value):
+                    self.pending[(p, key)] = None
+                    self.expired += 1
+            elif not key.startswith(b"["):
+                self._migrate_found(p, key, value)
+        # wrapped round: start again at the first seen key next time
+        self._cursors[p] = SEEN_KEYS_FROM if n < budget or last is None else last + b"\0"
 
-    def _expire(self, p: int, key: bytes, value: bytes) -> None:
+    def _session_of(self, key: bytes) -> tuple[bytes, int | None]:
+        """The key prefix every seen key of `key`'s session starts with, and that session's
+        clock in µs (None: no clock, unreadable head, or not a seen key: expire nothing)."""
         parts = parse_seen_key(key)
         if parts is None:
-            return
+            return key, None  # matches only itself
         session, _ = parts
+        prefix = seen_key(session, "")[:-3]  # ["s",<session>,   (the JSON of "" and "]" cut)
         try:
             clock = self.head(session).clock
-            seen = Seen.from_bytes(value)
         except UnreadableState:
-            return  # left for an operator; the session's records say why they are dead letters
-        if clock is not None and clock - seen.first_seen > self.window:
-            self.pending[(p, key)] = None
-            self.expired += 1
+            return prefix, None  # left for an operator; its records say why they are dead letters
+        return prefix, None if clock is None else micros(clock)
 
     def _migrate_found(self, p: int, key: bytes, value: bytes) -> None:
         try:
@@ -191,3 +206,21 @@ class SessionStore:
             yield from self.db_for(p).items(from_key=cursor)
         except Exception as exc:  # noqa: BLE001
             raise StoreFailure(f"partition {p} store: {type(exc).__name__}: {exc}") from exc
+
+
+def _first_seen_us(value: bytes) -> int:
+    """first_seen of a stored Seen (`[us,"fp"]`) without decoding it all; far in the future
+    if unreadable (never expired: left for an operator, as every unreadable value is)."""
+    try:
+        return int(value[1 : value.index(b",")])
+    except ValueError:
+        return 1 << 62
+
+
+def _readable(value: bytes) -> bool:
+    """An unreadable value is left for an operator, never tombstoned."""
+    try:
+        Seen.from_bytes(value)
+    except UnreadableState:
+        return False
+    return True

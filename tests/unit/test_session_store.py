@@ -576,7 +576,7 @@ def test_a_migrated_store_decides_as_its_decoded_state(
             stores.apply(store.take_writes())
             store = store_over(stores, window)
     stores.apply(store.take_writes())
-    for _ in range(2):  # a whole pass, wherever the cursor was
+    for _ in range(2 * PARTITIONS):  # a whole pass of each partition (one a call, in turn)
         store.sweep(list(range(PARTITIONS)), 10_000)
         stores.apply(store.take_writes())
     for db in stores.dbs:  # every format-1 record is gone
