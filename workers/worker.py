@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import ssl
 import sys
 import time
@@ -220,7 +221,11 @@ def run(args: argparse.Namespace) -> int:
         tabledir.mkdir(parents=True, exist_ok=True)
         local_state.warn_legacy_layout(ws.state_dir, Path(app.conf.datadir))
         changelog = local_state.changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS)
-        local_state.prepare(tabledir, SESSIONS, local_state.observe_changelog(ks, changelog))
+        observed = local_state.observe_changelog(ks, changelog)
+        local_state.prepare(tabledir, SESSIONS, observed)
+        if os.environ.get("TRANSCRIPT_FAST_RESTORE", "1").strip().lower() not in (
+                "0", "false", "no", "off"):
+            local_state.fast_restore(ks, tabledir, SESSIONS, observed)  # never raises
     except (local_state.LocalStateError, OSError) as exc:
         print(f"error: local state: {exc}", file=sys.stderr)
         return 2

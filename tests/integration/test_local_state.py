@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import time
 
 import pytest
@@ -17,7 +18,7 @@ from kafka.admin import KafkaAdminClient
 
 from tests.conftest import cli
 from tests.integration.harness import Collector
-from workers.kafka_io import publish
+from workers.kafka_io import end_offsets, publish
 from workers.outputs import CONFIRMATIONS, ENTRIES
 from workers.partitioning import partition_for
 from workers.settings import kafka_settings
@@ -203,3 +204,40 @@ def test_topics_recreated_under_a_running_worker_stop_it_once_then_it_restores(
     w2 = workers("w2", state)
     assert seqs(write_and_await(ks, w2, KEY, "new", 3)) == [1, 2, 3]
     assert w2.stop() == 0
+
+
+def test_a_wiped_state_dir_is_restored_fast_before_faust_starts(env, topics, workers, tmp_path):
+    """The worker applies the changelog to fresh stores itself (one INFO line), then faust's
+    recovery has (almost) nothing left; the restored sessions dedupe and number on as before."""
+    state = tmp_path / "state"
+    ks = kafka_settings(env)
+    others = ["agent:ops:telegram:direct:u2", "agent:ops:slack:channel:c9"]
+    w1 = workers("w1", state)
+    assert seqs(write_and_await(ks, w1, KEY, "a", 3, one_by_one=True)) == [1, 2, 3]
+    for other in others:
+        assert seqs(write_and_await(ks, w1, other, "o", 2)) == [1, 2]
+    assert w1.stop() == 0
+    changelog = f"{ks.topic_prefix}transcript-owner-sessions-changelog"
+    ends = end_offsets(ks, changelog)
+    shutil.rmtree(state)
+
+    w2 = workers("w2", state)
+    retry, new = confirmations(KEY, "a", 1, start=1)[0], confirmations(KEY, "a", 1, start=3)[0]
+    entries = Collector(ks, ks.topic(ENTRIES))
+    try:  # the retry, then a new send, of the same session: in order in one partition
+        publish(ks, ks.topic(CONFIRMATIONS), [retry, new], 8)
+        entries.wait_for(lambda rs: any(json.loads(r.value)["send_id"] == "a-3" for r in rs),
+                         120, w2)
+        mine = [e for e in entries.values() if e["session_key"] == KEY]
+    finally:
+        entries.close()
+    assert sorted((e["send_id"], e["seq"]) for e in mine) == [
+        ("a-0", 1), ("a-1", 2), ("a-2", 3), ("a-3", 4)]  # the retry is a duplicate: no entry
+    assert w2.stop() == 0
+    log = w2.log.read_text()
+    m = re.search(rf"\[INFO\] fast restore of sessions from {re.escape(changelog)}: "
+                  r"(\d+) partitions, (\d+) changelog records applied in [\d.]+s", log)
+    assert m, log[-3000:]
+    assert int(m.group(1)) == sum(1 for end in ends.values() if end > 0)
+    assert int(m.group(2)) == sum(ends.values()) > 0, ends
+

@@ -9,25 +9,32 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import rocksdict
+from kafka.errors import KafkaConnectionError, KafkaTimeoutError
 
+from workers import kafka_io
 from workers.local_state import (
     OFFSET_KEY,
     Changelog,
     LocalStateError,
     Marker,
     Store,
+    batch_ops,
     deployment_dir,
     discard_all,
+    fast_restore,
     marker_path,
     partition_stores,
     prepare,
     read_marker,
     read_store,
+    restore_range,
     verdict,
 )
+from workers.settings import kafka_settings
 
 TOPIC = "p.transcript-owner-sessions-changelog"
 ID, OTHER_ID = "c5337d21-00bc-4a1d-8a5d-d8a6e6dad15c", "0b9f3a2e-5f7c-4d7e-9a51-6c2f1e4b8d90"
@@ -190,3 +197,103 @@ def test_discard_all_removes_every_store_of_the_table(tmp_path):
     other = make_store(tables, 1, 1).rename(tables / "other-1.db")
     assert discard_all(tables, "sessions") == [0, 3, 7]
     assert partition_stores(tables, "sessions") == {} and other.exists()
+
+
+# ---- fast restore: what to read, and how records become writes ------------------------------
+
+RANGES = [
+    ("fresh store, whole log", None, 0, 100, (0, 100)),
+    ("fresh store, log start moved", None, 40, 100, (40, 100)),
+    ("behind", 41, 0, 100, (42, 100)),
+    ("at the last record", 99, 0, 100, None),
+    ("empty changelog", None, 0, 0, None),
+    ("empty after deletes", None, 7, 7, None),
+    ("next record is the first one left", 9, 10, 100, (10, 100)),
+]
+
+
+@pytest.mark.parametrize("note, persisted, start, end, want", RANGES, ids=[r[0] for r in RANGES])
+def test_restore_reads_from_the_persisted_offset_to_the_end(note, persisted, start, end, want):
+    assert restore_range(persisted, start, end) == want
+
+
+def test_batch_ops_put_delete_in_log_order_up_to_the_end():
+    records = [(5, b"a", b"1"), (6, b"b", b"2"), (7, b"a", None), (8, None, b"x"),
+               (9, OFFSET_KEY, b"123"), (10, b"c", b"3"), (11, b"d", b"4")]
+    ops, last = batch_ops(records, end=11)
+    assert ops == [(b"a", b"1"), (b"b", b"2"), (b"a", None), (b"c", b"3")]
+    assert last == 10  # the record at the end offset (11) is past what is restored
+    assert batch_ops([], end=5) == ([], None)
+    assert batch_ops([(5, b"a", b"1")], end=5) == ([], None)
+
+
+def test_fast_restore_with_nothing_due_asks_nothing_of_kafka(tmp_path, caplog):
+    tables = tmp_path / "tables"
+    make_store(tables, 0, 99)
+    ks = kafka_settings({"KAFKA_BOOTSTRAP": "127.0.0.1:1"})  # nothing listens: never asked
+    with caplog.at_level(logging.INFO, logger=LOG):
+        assert fast_restore(ks, tables, "sessions", changelog({0: 100, 1: 0})) == 0
+    assert "2 partitions" not in caplog.text and "0 changelog records applied" in caplog.text
+    assert partition_stores(tables, "sessions").keys() == {0}  # none created for an empty one
+
+
+class FailingConsumer:
+    """A consumer that delivers one fetch of partition 0 (offsets 42-44), then loses Kafka."""
+
+    def __init__(self, **_):
+        self.polls = 0
+
+    def assign(self, tps):
+        self.tps = tps
+
+    def seek(self, tp, offset):
+        assert (tp.partition, offset) in ((0, 42), (1, 0))
+
+    def poll(self, **_):
+        self.polls += 1
+        if self.polls > 1:
+            raise KafkaConnectionError("broker gone")
+        tp = next(tp for tp in self.tps if tp.partition == 0)
+        return {tp: [SimpleNamespace(offset=o, key=k, value=v) for o, k, v in
+                     ((42, b"k1", b"v1"), (43, b"agent:ops:main:0", None), (44, b"k2", b"v2"))]}
+
+    def position(self, tp):
+        return 45 if tp.partition == 0 else 0
+
+    def close(self):
+        pass
+
+
+def test_a_failed_fast_restore_warns_and_keeps_only_what_it_applied(tmp_path, caplog,
+                                                                    monkeypatch):
+    tables = tmp_path / "tables"
+    make_store(tables, 0, 41)
+    monkeypatch.setattr(kafka_io, "consumer", lambda ks, **kw: FailingConsumer(**kw))
+    with caplog.at_level(logging.WARNING, logger=LOG):
+        assert fast_restore(kafka_settings({}), tables, "sessions",
+                            changelog({0: 100, 1: 50})) is None
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == LOG]
+    assert "fast restore of sessions from" in warning and "KafkaConnectionError" in warning
+    assert warning.endswith("faust recovers the rest from the changelog")
+    # the fetch it wrote, with its last offset in the same batch; the rest is faust's
+    assert read_store(0, tables / "sessions-0.db") == Store(0, 44)
+    db = rocksdict.Rdict(str(tables / "sessions-0.db"), options=rocksdict.Options(raw_mode=True))
+    try:
+        assert db.get(b"k1") == b"v1" and db.get(b"k2") == b"v2"
+        assert db.get(b"agent:ops:main:0") is None and db.get(b"agent:ops:main:1") == b"state"
+    finally:
+        db.close()
+    assert read_store(1, tables / "sessions-1.db") == Store(1, None)  # created, nothing applied
+
+
+def test_fast_restore_never_raises_when_kafka_cannot_be_reached(tmp_path, caplog, monkeypatch):
+    def unreachable(ks, **kw):
+        raise KafkaTimeoutError("bootstrap timed out")
+
+    tables = tmp_path / "tables"
+    make_store(tables, 0, 41)
+    monkeypatch.setattr(kafka_io, "consumer", unreachable)
+    with caplog.at_level(logging.WARNING, logger=LOG):
+        assert fast_restore(kafka_settings({}), tables, "sessions", changelog({0: 100})) is None
+    assert "KafkaTimeoutError: bootstrap timed out" in caplog.text
+    assert read_store(0, tables / "sessions-0.db") == Store(0, 41)
