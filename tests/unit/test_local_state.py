@@ -7,7 +7,6 @@ import json
 import logging
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -185,8 +184,7 @@ def test_a_store_another_process_holds_open_is_never_removed(tmp_path, caplog):
         assert "is open in another process: not checked" in caplog.text
     finally:
         holder.kill()
-        holder.wait()
-    time.sleep(0.1)
+        holder.wait()  # the process is gone, and with it its lock
     assert prepare(tables, "sessions", changelog({0: 0})) == [0]  # once it is closed
 
 
