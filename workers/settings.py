@@ -111,6 +111,7 @@ WORKER_ENV = {
     "TRANSCRIPT_LOG_LEVEL": "log_level",
     "TRANSCRIPT_WEB_PORT": "web_port",
     "TRANSCRIPT_SESSION_TIMEOUT_S": "session_timeout_s",
+    "TRANSCRIPT_INSTANCE_ID": "instance_id",
     "TRANSCRIPT_MAX_BATCH": "max_batch",
     "TRANSCRIPT_LINGER_MS": "linger_ms",
 }
@@ -130,6 +131,8 @@ class WorkerSettings(BaseModel):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     web_port: int | None = Field(default=None, ge=1, le=65535)
     session_timeout_s: float = Field(default=10.0, ge=1.0)
+    # group.instance.id (a pod name): one per worker process of the group, stable across restarts
+    instance_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,249}$")
     max_batch: int = Field(default=20_000, ge=1)
     linger_ms: float = Field(default=5.0, ge=0)
 

@@ -19,7 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from workers import local_state
-from workers.ingest import Inbox, input_topic, scheduler_for
+from workers.ingest import Inbox, input_topic, read_committed, scheduler_for
 from workers.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
 from workers.owner import Owner
 from workers.processor import BatchClock, Processor
@@ -131,6 +131,8 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         topic_replication_factor=ks.replication_factor or 1,
         consumer_auto_offset_reset="earliest",
         broker_session_timeout=ws.session_timeout_s,
+        # static membership: a restart within the session timeout moves no partition
+        consumer_group_instance_id=ws.instance_id,
         broker_heartbeat_interval=max(1.0, ws.session_timeout_s / 4),
         web_enabled=ws.web_port is not None,
         web_port=ws.web_port or 6066,
@@ -145,6 +147,7 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         ConsumerScheduler=scheduler_for(inbox),
     )
     input_topic(app, inbox)
+    read_committed(app)
 
     sessions = app.Table("sessions", default=None, partitions=ws.partitions,
                          key_type=bytes, value_type=bytes)

@@ -69,3 +69,15 @@ def test_cli_exits_2_with_the_variable_named():
                           capture_output=True, timeout=60)
     assert done.returncode == 2
     assert done.stderr.decode().startswith("error: invalid environment: TRANSCRIPT_LOG_LEVEL")
+
+
+@pytest.mark.parametrize("value", ["pod 0", "pod/0", "x" * 250, "pöd"])
+def test_the_instance_id_is_a_kafka_safe_name(value):
+    with pytest.raises(SettingsError, match="TRANSCRIPT_INSTANCE_ID"):
+        worker_settings({"TRANSCRIPT_INSTANCE_ID": value})
+
+
+def test_the_instance_id_is_optional_and_kept_as_given():
+    assert worker_settings({}).instance_id is None
+    assert worker_settings({"TRANSCRIPT_INSTANCE_ID": "transcript-owner-0"}).instance_id == (
+        "transcript-owner-0")
