@@ -18,6 +18,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 from schemas.records import TIMESTAMP_RANGE, DeliveryConfirmation, InputRecord, SessionReset
 
 MAX_RECORD_BYTES = 1 << 20  # 1 MiB; larger records are dead-lettered unread
+JSON_DEPTH_LIMIT = 200  # pydantic-core's JSON parser reads no deeper (its recursion limit)
 NON_FINITE_REASON = "not JSON: NaN/Infinity are not JSON"
 _MAX_REASONS = 3  # a reason lists at most this many problems, then counts the rest
 _MAX_TAG_CHARS = 64
@@ -92,7 +93,10 @@ def _describe(err: Any, skip: int) -> str:
     ctx: dict[str, Any] = err.get("ctx") or {}
     loc: tuple[str | int, ...] = err["loc"]
     if kind == "json_invalid":
-        return f"not JSON: {ctx.get('error', err['msg'])}"
+        error = str(ctx.get("error", err["msg"]))
+        if error.startswith("recursion limit exceeded"):  # valid JSON, but deeper than we read
+            return f"nested too deeply (the limit is {JSON_DEPTH_LIMIT} levels){error[24:]}"
+        return f"not JSON: {error}"
     if kind == "union_tag_invalid":
         return f"unknown schema {_short(ctx.get('tag'))}"
     if kind == "union_tag_not_found":

@@ -129,4 +129,4 @@ def test_render_on_a_10000_deep_history_exits_2_naming_the_line() -> None:
     assert (done.returncode, done.stdout) == (2, ""), done.stderr
     first, second = done.stderr.splitlines()
     assert first == "render: line 2: tool_calls[0].arguments: nested more than 100 levels deep"
-    assert second.startswith("render: line 4: not JSON: recursion limit exceeded")
+    assert second.startswith("render: line 4: nested too deeply (the limit is 200 levels)")

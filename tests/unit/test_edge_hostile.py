@@ -417,3 +417,12 @@ def test_no_hostile_reason_quotes_the_record() -> None:
         result = parse_input(raw)
         assert isinstance(result, Invalid)
         assert SECRET not in result.reason
+
+
+def test_json_nested_past_the_parsers_limit_says_so() -> None:
+    """Valid JSON the parser will not read that deep: the reason says why, not "not JSON"."""
+    record = confirmation()
+    record["payload"]["native"] = [{"kind": "embed", "n": json.loads("[" * 300 + "]" * 300)}]
+    result = parse_input(dumps(record))
+    assert isinstance(result, Invalid)
+    assert result.reason.startswith("nested too deeply (the limit is 200 levels)")

@@ -579,7 +579,7 @@ def _errors(text: str) -> list[str]:
         # nesting: the line itself (pydantic's limit), and arguments given as text
         (
             '{"role": "user", "text": "x", "a": ' + "[" * 10_000 + "]" * 10_000 + "}",
-            "line 2: not JSON",
+            "line 2: nested too deeply",
         ),
         (
             _CALL % json.dumps('{"q": ' + "[" * 10_000 + "]" * 10_000 + "}"),
