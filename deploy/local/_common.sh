@@ -16,13 +16,21 @@ DATA_DIR="${DATA_DIR%/}"
 [ -n "$DATA_DIR" ] || { echo "KAFKA_DATA_DIR must not be /" >&2; exit 2; }
 unset _data_dir
 
-PROPS="$DATA_DIR/server.properties"
-PID_FILE="$DATA_DIR/kafka.pid"
-PORT_FILE="$DATA_DIR/kafka.ports"   # "<port> <controller port>" of the running broker
-LOG_DIRS="$DATA_DIR/data"            # Kafka's log.dirs (and KRaft metadata log)
-LOG_FILE="$DATA_DIR/kafka.log"       # log4j2 (rolled at 20 MB, 5 kept)
-OUT_FILE="$DATA_DIR/kafka.out"       # JVM stdout/stderr (normally near empty)
+PORT_FILE="$DATA_DIR/kafka.ports"   # "<port> <controller port> [<nodes>]" of the running cluster
 LOCK_FILE="$DATA_DIR/.lock"
+
+# The files of one node. 0 is the single-node broker, whose files sit in the data dir itself;
+# node N of a multi-node cluster (KAFKA_NODES > 1) keeps its own in <data dir>/node-N/.
+# Sets NODE_DIR PROPS PID_FILE LOG_DIRS LOG_FILE OUT_FILE.
+node_paths() {
+  if [ "$1" = 0 ]; then NODE_DIR="$DATA_DIR"; else NODE_DIR="$DATA_DIR/node-$1"; fi
+  PROPS="$NODE_DIR/server.properties"
+  PID_FILE="$NODE_DIR/kafka.pid"
+  LOG_DIRS="$NODE_DIR/data"            # Kafka's log.dirs (and KRaft metadata log)
+  LOG_FILE="$NODE_DIR/kafka.log"       # log4j2 (rolled at 20 MB, 5 kept)
+  OUT_FILE="$NODE_DIR/kafka.out"       # JVM stdout/stderr (normally near empty)
+}
+node_paths 0
 
 now() { echo "${EPOCHREALTIME/,/.}"; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
@@ -36,12 +44,26 @@ kafka_version() {
 }
 
 # The ports of the broker this data dir runs (or last ran); env overrides win.
-# Sets REC_PORT / REC_CTRL_PORT (empty when unknown), KAFKA_PORT and KAFKA_CONTROLLER_PORT.
+# Sets REC_PORT / REC_CTRL_PORT (empty when unknown), REC_NODES (1 when unknown),
+# KAFKA_PORT and KAFKA_CONTROLLER_PORT.
 recorded_ports() {
-  REC_PORT=""; REC_CTRL_PORT=""
-  if [ -r "$PORT_FILE" ]; then read -r REC_PORT REC_CTRL_PORT < "$PORT_FILE" || true; fi
+  REC_PORT=""; REC_CTRL_PORT=""; REC_NODES=""
+  if [ -r "$PORT_FILE" ]; then read -r REC_PORT REC_CTRL_PORT REC_NODES < "$PORT_FILE" || true; fi
+  [[ "$REC_NODES" =~ ^[1-9][0-9]?$ ]] || REC_NODES=1
   KAFKA_PORT="${KAFKA_PORT:-${REC_PORT:-9092}}"
   KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-${REC_CTRL_PORT:-9093}}"
+}
+
+# Ports of node $1 (1..n) of a cluster: client KAFKA_PORT + 2(N-1), controller
+# KAFKA_CONTROLLER_PORT + 2(N-1); with the defaults 9092/9093, 9094/9095, 9096/9097.
+node_port() { echo $(( KAFKA_PORT + 2 * ($1 - 1) )); }
+node_ctrl_port() { echo $(( KAFKA_CONTROLLER_PORT + 2 * ($1 - 1) )); }
+
+# "127.0.0.1:<port>,..." for $1 nodes (1: the single broker)
+bootstrap_list() {
+  local n="$1" i out=""
+  for ((i = 1; i <= n; i++)); do out+="${out:+,}127.0.0.1:$(node_port "$i")"; done
+  echo "$out"
 }
 
 # Is $1 the pid of the broker started for this data dir?
@@ -65,7 +87,8 @@ find_pid() {
 }
 
 # A real Metadata request (v4, no topics) over bash /dev/tcp: succeeds only when the broker
-# answers with itself in the broker list. Prints "node <id> at <host>:<port>, cluster <id>".
+# answers with itself in the broker list. Prints "node <id> at <host>:<port>, cluster <id>"
+# (and ", <n> brokers" when the cluster has more than one).
 probe_metadata() {
   local port="$1" raw
   raw="$(timeout 3 bash -c '
@@ -90,19 +113,23 @@ probe_metadata() {
   local nb; nb=$(i32 8); i=12                             # throttle_time_ms at 4, brokers at 8
   [ "$nb" -ge 1 ] && [ "$nb" -lt 1000 ] || return 1
   [ $((i + 6)) -le "$len" ] || return 1
-  local node hl host bport rl cl cluster
-  node=$(i32 $i); hl=$(i16 $((i + 4))); i=$((i + 6))
-  [ $((i + hl + 6)) -le "$len" ] || return 1
-  host=$(str $i "$hl"); i=$((i + hl))
-  bport=$(i32 $i); rl=$(i16 $((i + 4))); i=$((i + 6))
-  [ "$rl" -ne 65535 ] && i=$((i + rl))
+  local k node hl bport rl cl cluster me=""
+  for ((k = 0; k < nb; k++)); do                          # brokers: id, host, port, rack
+    [ $((i + 6)) -le "$len" ] || return 1
+    node=$(i32 $i); hl=$(i16 $((i + 4))); i=$((i + 6))
+    [ "$hl" -lt 32768 ] && [ $((i + hl + 6)) -le "$len" ] || return 1
+    bport=$(i32 $((i + hl)))
+    [ -z "$me" ] && [ "$bport" -eq "$port" ] && me="node $node at $(str $i "$hl"):$bport"
+    i=$((i + hl)); rl=$(i16 $((i + 4))); i=$((i + 6))
+    if [ "$rl" -ne 65535 ]; then i=$((i + rl)); fi
+  done
+  [ -n "$me" ] || return 1                                # it must list itself
   cluster="?"
-  if [ "$nb" -eq 1 ] && [ $((i + 2)) -le "$len" ]; then
+  if [ $((i + 2)) -le "$len" ]; then
     cl=$(i16 $i); i=$((i + 2))
     if [ "$cl" -ne 65535 ] && [ $((i + cl)) -le "$len" ]; then cluster=$(str $i "$cl"); fi
   fi
-  [ "$bport" -eq "$port" ] || return 1
-  echo "node $node at $host:$bport, cluster $cluster"
+  if [ "$nb" -eq 1 ]; then echo "$me, cluster $cluster"; else echo "$me, cluster $cluster, $nb brokers"; fi
 }
 
 port_in_use() { [ -n "$(ss -Hltn "sport = :$1" 2>/dev/null)" ]; }
@@ -115,3 +142,30 @@ log_tail() {
     tail -n "${1:-40}" "$f" >&2
   done
 }
+
+# KAFKA_NODES checked: 1 (the default: one broker, files in the data dir) or 2..9 nodes.
+valid_nodes() { [[ "$1" =~ ^[1-9]$ ]]; }
+
+# The node slots of a cluster of $1 nodes: "0" for one node, "1 2 3" for three.
+node_slots() {
+  if [ "$1" -eq 1 ]; then echo 0; else seq 1 "$1" | tr '\n' ' '; fi
+}
+
+# The slots whose broker runs now, from this data dir: the single-node broker (0) and any
+# node-N/ of a cluster, whatever KAFKA_NODES says.
+running_slots() {
+  local d n out=""
+  node_paths 0; if find_pid >/dev/null; then out="0"; fi
+  for d in "$DATA_DIR"/node-[0-9]*; do
+    [ -d "$d" ] || continue
+    n="${d##*/node-}"; [[ "$n" =~ ^[0-9]+$ ]] || continue
+    node_paths "$n"; if find_pid >/dev/null; then out+="${out:+ }$n"; fi
+  done
+  node_paths 0
+  echo "$out"
+}
+
+# Client / controller port of a slot (0 is the single broker: KAFKA_PORT itself).
+slot_port() { if [ "$1" = 0 ]; then echo "$KAFKA_PORT"; else node_port "$1"; fi; }
+slot_ctrl_port() { if [ "$1" = 0 ]; then echo "$KAFKA_CONTROLLER_PORT"; else node_ctrl_port "$1"; fi; }
+slot_name() { if [ "$1" = 0 ]; then echo "broker"; else echo "node $1"; fi; }
