@@ -387,7 +387,22 @@ class NotJson(ValueError):
     """The text holds NaN or Infinity, or nests more than MAX_DEPTH levels (line, column)."""
 
 
-class JsonFloat(float):
+class _Literal:
+    """A number that remembers the text it was read as; its repr is that text."""
+
+    __slots__ = ()
+    text: str
+
+    def __new__(cls, text: str):  # noqa: ANN204  (the subclass's own type)
+        number = super().__new__(cls, text)  # type: ignore[call-arg]
+        number.text = text
+        return number
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+class JsonFloat(_Literal, float):
     """A JSON number with a fraction or an exponent: its value, and the text it was read as.
 
     Validation sees the value (`1e400` is inf); `dump_json` writes the text back, so a
@@ -396,29 +411,10 @@ class JsonFloat(float):
     """
 
     __slots__ = ("text",)
-    text: str
-
-    def __new__(cls, text: str) -> JsonFloat:
-        number = super().__new__(cls, text)
-        number.text = text
-        return number
-
-    def __repr__(self) -> str:
-        return self.text
 
 
-class JsonInt(int):
+class JsonInt(_Literal, int):
     """An integer written unlike Python's spelling of its value (`-0`): kept as written."""
-
-    text: str
-
-    def __new__(cls, text: str) -> JsonInt:
-        number = super().__new__(cls, text)
-        number.text = text
-        return number
-
-    def __repr__(self) -> str:
-        return self.text
 
 
 def _int(text: str) -> int | JsonFloat:

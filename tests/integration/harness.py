@@ -134,7 +134,8 @@ def poll_until(done: Callable[[], bool], timeout: float, workers: list[WorkerPro
             if not w.alive():
                 raise AssertionError(f"worker exited ({w.proc.returncode}):\n{w.tail()}")
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout}s\n{workers[0].tail()}")
+            tail = workers[0].tail() if workers else ""
+            raise AssertionError(f"{what}: not within {timeout}s\n{tail}")
         time.sleep(interval)
 
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import time
 
 import pytest
 from kafka.admin import KafkaAdminClient
 
 from tests.conftest import cli
-from tests.integration.harness import Collector
+from tests.integration.harness import Collector, poll_until
 from workers.kafka_io import end_offsets, publish
 from workers.outputs import CONFIRMATIONS, ENTRIES
 from workers.partitioning import partition_for
@@ -74,19 +73,13 @@ def recreate_topics(env: dict[str, str]) -> None:
     try:
         mine = [t for t in admin.list_topics() if t.startswith(prefix)]
         admin.delete_topics(mine)
-        deadline = time.monotonic() + 60
-        while any(t.startswith(prefix) for t in admin.list_topics()):
-            assert time.monotonic() < deadline, "topics not deleted within 60 s"
-            time.sleep(0.3)
+        poll_until(lambda: not any(t.startswith(prefix) for t in admin.list_topics()), 60, [],
+                   "topics deleted")
     finally:
         admin.close()
-    deadline = time.monotonic() + 60
-    while True:  # the broker may still be removing the old partitions
-        done = cli("topics", "apply", env=env)
-        if done.returncode == 0:
-            return
-        assert time.monotonic() < deadline, done.stderr.decode()
-        time.sleep(1)
+    # the broker may still be removing the old partitions: apply until it succeeds
+    poll_until(lambda: cli("topics", "apply", env=env).returncode == 0, 60, [],
+               "topics applied again", interval=1.0)
 
 
 def discard_warning(log: str, partition: int) -> str:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient, NewPartitions
 
 from tests.conftest import cli, delete_topics
-from tests.integration.harness import Collector
+from tests.integration.harness import Collector, poll_until
 from workers.kafka_io import publish
 from workers.settings import kafka_settings
 
@@ -184,7 +183,4 @@ def test_the_worker_refuses_a_missing_or_mispartitioned_changelog(env, admin, cl
 
 
 def _wait_gone(admin, topic: str) -> None:
-    deadline = time.monotonic() + 60
-    while topic in admin.list_topics():
-        assert time.monotonic() < deadline, f"{topic} not deleted"
-        time.sleep(0.3)
+    poll_until(lambda: topic not in admin.list_topics(), 60, [], f"{topic} deleted")
