@@ -12,7 +12,7 @@ written is compared with what the topics hold:
   diagnostics / dead letters that differ from the expected ones
 Repeats (one key written more than once with identical content, or one diagnostic twice, which
 a crash between the outputs' write and the state's write can cause) are counted, not failures;
-`--strict` fails entry repeats.
+`--strict` fails entry and diagnostic repeats.
 
 Memory: per partition, a digest per entry key and the session states: bounded by one
 partition's entries and sessions, not by the length of the topic.
@@ -44,7 +44,8 @@ EXAMPLES = 20  # findings listed per kind in the report
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--strict", action="store_true",
-                        help="also fail on repeated entries (same key, same content)")
+                        help="also fail on repeated entries (same key, same content) and repeated "
+                             "diagnostics")
     parser.add_argument("--since", type=datetime.fromisoformat, default=None, metavar="TIME",
                         help="compare only entries delivered at or after TIME (RFC 3339); "
                              "the replay still starts at the beginning, for session state")
@@ -70,7 +71,8 @@ class Report:
             found.append(what)
 
     def clean(self, strict: bool) -> bool:
-        return not sum(self.counts.values()) and not (strict and self.repeats)
+        return not sum(self.counts.values()) and not (
+            strict and (self.repeats or self.diagnostic_repeats))
 
     def as_json(self) -> dict:
         return {
@@ -165,8 +167,9 @@ def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Rep
         _diag_id(r.value) for r in read(ks, ks.topic(DIAGNOSTICS), partitions=[partition])
         if r.value is not None
     )
-    # a diagnostic is one decision's: the same one twice is a repeat, as for entries
-    report.diagnostic_repeats += sum(actual_diags.values()) - len(actual_diags)
+    # a diagnostic is one decision's: one more than its decisions made is a repeat (two
+    # decisions can make the same one, e.g. two records of one send_id at one time)
+    report.diagnostic_repeats += sum(max(0, n - max(1, diags[d])) for d, n in actual_diags.items())
     for d in sorted(set(diags) - set(actual_diags)):
         report.find("diagnostics_missing", d)
     for d in sorted(set(actual_diags) - set(diags)):
