@@ -8,11 +8,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install kafka-up kafka-down kafka-status topics topics-check test test-unit run demo bench schemas lint clean
+.PHONY: help install kafka-up kafka-down kafka-status topics topics-check test test-unit faults run demo bench schemas lint clean
 
 help:
 	@echo "make run        venv + local Kafka + topics + the worker in the foreground"
 	@echo "make test       the same set-up, then the whole suite against the real broker"
+	@echo "make faults     only the fault suite (kill -9, restarts, rebalances; minutes): var/faults/"
 	@echo "make demo       publish a scenario covering every rule; print transcripts (beside make run)"
 	@echo "make bench      throughput and latency side by side with raw Kafka and faust baselines"
 	@echo "make kafka-up | kafka-down | topics | schemas | lint"
@@ -52,6 +53,9 @@ test-unit: install
 
 test: install kafka-up
 	$(PY) -m pytest -q
+
+faults: install kafka-up
+	$(PY) -m pytest -q -m faults tests/faults
 
 run: install kafka-up topics
 	$(PY) -m workers worker

@@ -1,7 +1,8 @@
 """Shared fixtures: one real broker per test session, a unique topic prefix per test.
 
 A missing broker is a failure, not a skip: `make test` starts it, and so does this fixture
-when KAFKA_BOOTSTRAP is not set.
+when KAFKA_BOOTSTRAP is not set. Tests of a three-node cluster get their own (`cluster`,
+`cluster_env`, `cluster_workers`), started and torn down per test.
 """
 
 from __future__ import annotations
@@ -79,12 +80,8 @@ def delete_topics(bootstrap: str, prefix: str) -> None:
         admin.close()
 
 
-@pytest.fixture
-def workers(env, topics, tmp_path):
-    """A factory of worker processes on this test's topics; any still alive are killed after.
-
-    workers(name) gets its own state dir; workers(name, state) shares or reuses one; keyword
-    arguments are extra environment variables."""
+def worker_factory(env: dict[str, str], tmp_path: Path) -> Iterator:
+    """make(name, state=None, **extra_env) starts a worker; any still alive are killed after."""
     from tests.integration.harness import WorkerProcess
 
     made: list = []
@@ -99,3 +96,45 @@ def workers(env, topics, tmp_path):
     for w in made:
         if w.alive():
             w.kill()
+
+
+@pytest.fixture
+def workers(env, topics, tmp_path):
+    """A factory of worker processes on this test's topics; any still alive are killed after.
+
+    workers(name) gets its own state dir; workers(name, state) shares or reuses one; keyword
+    arguments are extra environment variables."""
+    yield from worker_factory(env, tmp_path)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    """Its own three-node cluster (tests.integration.harness.Cluster) on ports 19092.., data
+    under tmp_path; torn down after the test even when it failed to come up."""
+    from tests.integration.harness import CLUSTER_BOOTSTRAP, SCRIPTS, Cluster
+
+    c = Cluster(tmp_path / "kafka")
+    try:
+        out = c.run("kafka-up.sh")
+        assert f"bootstrap: {CLUSTER_BOOTSTRAP}" in out, out
+        yield c
+    finally:
+        # always, even when kafka-up failed half-way: no JVM outlives the test
+        subprocess.run([str(SCRIPTS / "kafka-down.sh")], env=c.env, cwd=ROOT,
+                       capture_output=True, timeout=120)
+
+
+@pytest.fixture
+def cluster_env(cluster, prefix: str) -> dict[str, str]:
+    """Environment for a `transcript-owner` subprocess on the three-node cluster, its topics
+    (RF 3, min.insync.replicas 2) created; they go with the cluster."""
+    e = cluster.client_env(prefix)
+    done = cli("topics", "apply", env=e)
+    assert done.returncode == 0, done.stderr.decode()
+    return e
+
+
+@pytest.fixture
+def cluster_workers(cluster_env, tmp_path):
+    """As `workers`, on the three-node cluster."""
+    yield from worker_factory(cluster_env, tmp_path)

@@ -114,7 +114,10 @@ def scheduler_for(inbox: Inbox) -> type[DefaultSchedulingStrategy]:
     return InboxScheduler
 
 
-def read_committed(app: faust.App) -> None:
+FETCH_MAX_WAIT_MS = 100
+
+
+def read_committed(app: faust.App, *, offsets_in_transactions: bool = False) -> None:
     """Make the worker's consumer read `read_committed` (DESIGN, "Delivery guarantee").
 
     Connectors may publish in transactions, and an aborted confirmation was never confirmed:
@@ -123,6 +126,11 @@ def read_committed(app: faust.App) -> None:
     "Processing guarantee"). aiokafka's consumer hands its isolation level to the Fetcher it
     builds at start, so setting it between construction and start is enough. The aborted
     records' offsets then never arrive; the processor acks such gaps with the next batch.
+
+    With `offsets_in_transactions` (exactly-once), the input offsets are committed by the
+    batch's transactions (workers.transactions), never by the consumer: faust's commit keeps
+    its bookkeeping (acks, revocation) and sends nothing. A commit of its own, outside the
+    transaction, could commit an offset whose outputs were never committed.
     """
     from faust.transport.drivers import aiokafka as driver
 
@@ -130,11 +138,20 @@ def read_committed(app: faust.App) -> None:
         def _create_worker_consumer(self, transport: Any) -> Any:
             consumer = super()._create_worker_consumer(transport)
             consumer._isolation_level = "read_committed"
+            # faust asks for 1.5 s long polls; the broker answers a connection's requests in
+            # order, so the offset lookups of a recovery after each rebalance queued behind
+            # them (1.5 s each, seen here). Fetches still return as soon as records arrive.
+            consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
             return consumer
 
     class ReadCommittedConsumer(driver.Consumer):
         def _new_consumer_thread(self) -> Any:
             return ReadCommittedThread(self, loop=self.loop, beacon=self.beacon)
+
+        async def _commit(self, offsets: Mapping[TP, int]) -> bool:
+            if offsets_in_transactions:
+                return True  # committed already, in the transaction of their batch
+            return await super()._commit(offsets)
 
     app.transport.Consumer = ReadCommittedConsumer  # before the app creates its consumer
 

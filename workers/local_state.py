@@ -326,9 +326,6 @@ def fast_restore(ks, tabledir: Path, table: str, changelog: Changelog) -> int | 
 
 def _restore(ks, tabledir: Path, table: str, changelog: Changelog) -> tuple[int, int]:  # noqa: ANN001
     import rocksdict
-    from kafka import TopicPartition
-
-    from workers.kafka_io import consumer
 
     due: dict[int, tuple[int, int]] = {}  # partition -> [first, end)
     for partition, end in sorted(changelog.ends.items()):
@@ -349,19 +346,70 @@ def _restore(ks, tabledir: Path, table: str, changelog: Changelog) -> tuple[int,
         return 0, 0
 
     dbs: dict[int, rocksdict.Rdict] = {}
-    c = None
-    applied = 0
     try:
         for partition in due:
             options = rocksdict.Options(raw_mode=True)  # as faust's RocksDBOptions.as_options
             options.create_if_missing(True)
             dbs[partition] = rocksdict.Rdict(str(tabledir / f"{table}-{partition}.db"),
                                              options=options)
-        c = consumer(ks, client_id="transcript-owner-restore",
-                     fetch_max_bytes=64 * 1024 * 1024,
-                     max_partition_fetch_bytes=16 * 1024 * 1024,
-                     receive_buffer_bytes=4 * 1024 * 1024, auto_offset_reset="none")
-        tps = {partition: TopicPartition(changelog.topic, partition) for partition in due}
+        applied = _copy(ks, changelog.topic, due, dbs, "transcript-owner-restore")
+    finally:
+        errors = []
+        for db in dbs.values():  # every store closed, whatever failed: faust opens them next
+            for step in (lambda db=db: db.flush(True), db.close):
+                try:
+                    step()
+                except Exception as exc:  # noqa: BLE001
+                    errors.append(exc)
+        if errors:
+            raise errors[0]
+    return len(due), applied
+
+
+def top_up(ks, topic: str, dbs: Mapping[int, object]) -> int:  # noqa: ANN001
+    """Bring the open partition stores `dbs` (faust's) up to their changelog's end as it is now;
+    returns the records applied. The exactly-once worker calls it when it is assigned
+    partitions, once their producers have fenced the last owner (workers.transactions): the
+    changelog is final then, and faust's own recovery, which waits for the offset before a
+    changelog's end and never gets it when that is a transaction marker, has nothing left."""
+    from kafka import TopicPartition
+
+    from workers.kafka_io import consumer
+
+    if not dbs:
+        return 0
+    c = consumer(ks, client_id="transcript-owner-top-up", auto_offset_reset="none")
+    try:
+        tps = [TopicPartition(topic, p) for p in sorted(dbs)]
+        starts, ends = c.beginning_offsets(tps), c.end_offsets(tps)  # ends: last stable offsets
+    finally:
+        c.close()
+    due: dict[int, tuple[int, int]] = {}
+    for tp in tps:
+        raw = dbs[tp.partition].get(OFFSET_KEY)
+        persisted = None if raw is None else int(raw)
+        span = restore_range(persisted, starts[tp], ends[tp])
+        if span is not None:
+            due[tp.partition] = span
+    return _copy(ks, topic, due, dbs, "transcript-owner-top-up") if due else 0
+
+
+def _copy(ks, topic: str, due: Mapping[int, tuple[int, int]], dbs: Mapping[int, object],  # noqa: ANN001
+          client_id: str) -> int:
+    """Apply changelog offsets [first, end) of each partition in `due` to its store in `dbs`,
+    read read_committed (an aborted batch's state is never applied); each write batch carries
+    the offset of its last record, so a store never claims an offset it has not applied."""
+    import rocksdict
+    from kafka import TopicPartition
+
+    from workers.kafka_io import consumer
+
+    applied = 0
+    c = consumer(ks, client_id=client_id, fetch_max_bytes=64 * 1024 * 1024,
+                 max_partition_fetch_bytes=16 * 1024 * 1024,
+                 receive_buffer_bytes=4 * 1024 * 1024, auto_offset_reset="none")
+    try:
+        tps = {partition: TopicPartition(topic, partition) for partition in due}
         c.assign(list(tps.values()))
         for partition, (first, _) in due.items():
             c.seek(tps[partition], first)
@@ -391,22 +439,12 @@ def _restore(ks, tabledir: Path, table: str, changelog: Changelog) -> tuple[int,
                 end = due[partition][1]
                 if c.position(tps[partition]) >= end:
                     # everything below `end` is applied (offsets in between, if any, are
-                    # transaction markers or compacted away): faust starts at `end`
+                    # transaction markers, aborted or compacted away): faust starts at `end`
                     dbs[partition].put(OFFSET_KEY, str(end - 1).encode())
                     pending.discard(partition)
             if pending and time.monotonic() - last_record > RESTORE_IDLE_S:
                 raise LocalStateError(f"no changelog record for {RESTORE_IDLE_S:.0f}s, "
                                       f"partitions {sorted(pending)} not read to their end")
     finally:
-        if c is not None:
-            c.close()
-        errors = []
-        for db in dbs.values():  # every store closed, whatever failed: faust opens them next
-            for step in (lambda db=db: db.flush(True), db.close):
-                try:
-                    step()
-                except Exception as exc:  # noqa: BLE001
-                    errors.append(exc)
-        if errors:
-            raise errors[0]
-    return len(due), applied
+        c.close()
+    return applied

@@ -3,12 +3,20 @@
 For each batch, in this order (README, "Processing guarantee"):
   1. decide every record (core) against the session store (workers.session_store: the batch's
      pending writes over the local RocksDB), then one bounded upkeep slice (expiry, migration);
-  2. send all outputs (entries, diagnostics, dead letters, re-keyed records), one producer
-     batch per partition, and await their acks;
-  3. write the batch's state changes (heads, send_ids, tombstones) once: changelog first
-     (awaited), then local RocksDB;
-  4. ack the input messages, so faust commits their offsets.
-A crash between 2 and 3 repeats entries (same key, same content); nothing is ever skipped.
+  2. exactly-once (the default): for each input partition of the batch, one Kafka transaction
+     holds its records' outputs (entries, diagnostics, dead letters, re-keyed records), its
+     state changes (changelog records) and its next input offset (workers.transactions); the
+     partitions' transactions run side by side;
+     at-least-once: all outputs are sent and acked, then the state changes (changelog);
+  3. only then are the state changes written to the local RocksDB, and
+  4. the input messages acked: faust's bookkeeping (and, at-least-once, its offset commit).
+A transaction that fails exits the worker (70) with nothing of the batch applied locally: the
+next start fences the partitions' transactional ids, reads the changelog to its end and starts
+at the committed offsets, so nothing is repeated or skipped. At-least-once, a crash between 2
+and 3 repeats entries (same key, same content); nothing is ever skipped.
+
+SIGTERM: the batch in flight finishes (its transactions commit) within the shutdown timeout, or
+is cancelled (its transactions abort); faust then leaves the group.
 
 Rebalances: a batch is only started while flow control is active (faust's recovery is done) and
 its messages are tracked before the first await, so faust's revocation waits for the batch to be
@@ -44,6 +52,7 @@ from workers.outputs import Source
 from workers.owner import Owner
 from workers.partitioning import murmur2
 from workers.session_store import SessionStore
+from workers.transactions import PartitionProducers
 
 log = logging.getLogger("transcript_owner.processor")
 EXIT_FATAL = 70
@@ -84,7 +93,12 @@ class Processor:
         topic_partitions: dict[str, int], committed: CommittedOffsets,
         new_producer: Callable[[], Any], clock: BatchClock, *, max_batch: int = 20_000,
         linger_s: float = 0.005, cache_size: int = 200_000,
+        transactions: PartitionProducers | None = None, batch_stop_s: float = 15.0,
     ) -> None:
+        # exactly-once: each input partition's share of a batch in one transaction
+        # (workers.transactions); None: at-least-once through one idempotent producer
+        self.transactions = transactions
+        self.batch_stop_s = batch_stop_s  # SIGTERM: the batch in flight gets this long
         self.clock = clock  # the owner's clock: ticked at the start of each batch
         self.committed, self.new_producer = committed, new_producer
         self.app, self.inbox, self.table, self.owner = app, inbox, table, owner
@@ -100,29 +114,59 @@ class Processor:
         self._partitions: list[int] = []  # the input partitions of this generation
 
     async def run(self) -> None:
-        self.producer = self.new_producer()
+        batch: asyncio.Future | None = None
         try:
-            await self.producer.start()
+            if self.transactions is None:
+                self.producer = self.new_producer()
+                await self.producer.start()
             while not self.app.should_stop:
                 messages = await self.inbox.take(self.max_batch, self.linger_s)
-                live, skipped = await self._admit(messages)
-                if live:
-                    await self._process(live)
-                ack = self.app.consumer.ack  # what Message.ack ends in, without its refcount
-                for m in live:
-                    ack(m)
-                for m in skipped:
-                    ack(m)
+                # shielded: a stop (SIGTERM) lets the batch in flight finish (see below)
+                batch = asyncio.ensure_future(self._batch(messages))
+                await asyncio.shield(batch)
+                batch = None
         except asyncio.CancelledError:
-            log.info("stopped; outcomes: %s; inbox high-water %d",
-                     dict(sorted(self.owner.counts.items())), self.inbox.high_water)
-            await asyncio.shield(self.producer.stop())
+            await asyncio.shield(self._stop(batch))
             raise
         except Exception:
             log.exception("fatal: the batch could not be processed; exiting before its offsets "
                           "are committed")
             logging.shutdown()
             os._exit(EXIT_FATAL)
+
+    async def _stop(self, batch: asyncio.Future | None) -> None:
+        """The worker is stopping: the batch in flight commits (or, past the shutdown timeout,
+        its transactions abort), then the producers close."""
+        if batch is not None and not batch.done():
+            log.info("stopping: finishing the batch in flight (at most %.0fs)",
+                     self.batch_stop_s)
+            try:
+                await asyncio.wait_for(asyncio.shield(batch), self.batch_stop_s)
+            except TimeoutError:
+                batch.cancel()  # its transactions abort: nothing of it is visible
+                log.warning("stopping: the batch in flight did not finish within %.0fs; its "
+                            "transactions are aborted and it is processed again after the "
+                            "restart", self.batch_stop_s)
+            except Exception:
+                log.exception("fatal: the batch in flight failed while stopping")
+                logging.shutdown()
+                os._exit(EXIT_FATAL)
+        log.info("stopped; outcomes: %s; inbox high-water %d",
+                 dict(sorted(self.owner.counts.items())), self.inbox.high_water)
+        if self.producer is not None:
+            await self.producer.stop()
+        if self.transactions is not None:
+            await self.transactions.close()
+
+    async def _batch(self, messages: list) -> None:
+        live, skipped = await self._admit(messages)
+        if live:
+            await self._process(live)
+        ack = self.app.consumer.ack  # what Message.ack ends in, without its refcount
+        for m in live:
+            ack(m)
+        for m in skipped:
+            ack(m)
 
     async def _admit(self, messages: list) -> tuple[list, list]:
         """The messages this worker may process now, tracked so that a rebalance waits for them,
@@ -200,7 +244,8 @@ class Processor:
         handle: Callable = self.owner.handle
         store = self.store
         names, counts = self.topic_names, self.topic_partitions
-        sends: list[Record] = []
+        by_partition: dict[int, list[Record]] = {}  # input partition -> its records' outputs
+        next_offset: dict[int, int] = {}  # input partition -> the offset to commit
         source_name = self.source_name
         self.clock.tick()
         wall = self.clock.now
@@ -212,29 +257,57 @@ class Processor:
             now = wall if ts is None or ts >= wall_s else datetime.fromtimestamp(ts, UTC)
             store.partition = m.partition
             step = handle(Source(source_name, m.partition, m.offset, m.key, m.value), store, now)
-            for o in step.sends:
-                topic = names[o.topic]
-                if o.partition is not None:
-                    partition = o.partition
-                elif o.key is not None:  # what the producer's default partitioner would pick
-                    partition = (murmur2(o.key) & 0x7FFFFFFF) % counts[topic]
-                else:  # a dead letter without a key: beside its source
-                    partition = m.partition % counts[topic]
-                sends.append((topic, partition, o.key, o.value, o.headers))
+            next_offset[m.partition] = m.offset + 1
+            if step.sends:
+                sends = by_partition.setdefault(m.partition, [])
+                for o in step.sends:
+                    topic = names[o.topic]
+                    if o.partition is not None:
+                        partition = o.partition
+                    elif o.key is not None:  # what the producer's default partitioner picks
+                        partition = (murmur2(o.key) & 0x7FFFFFFF) % counts[topic]
+                    else:  # a dead letter without a key: beside its source
+                        partition = m.partition % counts[topic]
+                    sends.append((topic, partition, o.key, o.value, o.headers))
             if step.head is not None or step.seen is not None:
                 store.remember(step.session_key, step.head, step.seen)
         store.sweep(self._partitions, max(1, len(messages) // SWEEP_SHARE))
-        await send_all(self.producer, sends)
-
         writes = store.take_writes()
+        changelog = self.table.changelog_topic_name
+        if self.transactions is not None:
+            await self._commit_transactions(by_partition, next_offset, writes, changelog)
+            return
+        await send_all(self.producer, [r for rs in by_partition.values() for r in rs])
         if writes:
-            changelog = self.table.changelog_topic_name
             records = [(changelog, p, k, v, ()) for p, k, v in writes]
-            offsets = await send_all(self.producer, records)
-            self.table.apply_changelog_batch([
-                ChangelogEvent(ChangelogMessage(TP(changelog, p), offset, k, v))
-                for (_, p, k, v, _), offset in zip(records, offsets, strict=True)
-            ])
+            self._apply(records, await send_all(self.producer, records))
+
+    async def _commit_transactions(self, by_partition: dict[int, list[Record]],
+                                   next_offset: dict[int, int], writes: list,
+                                   changelog: str) -> None:
+        """Each input partition's outputs, state and offset in one transaction; the local
+        state is written only once they all committed (a failure exits: see run)."""
+        state: dict[int, list[Record]] = {}
+        for p, k, v in writes:  # a session's state lives in its input partition's changelog
+            state.setdefault(p, []).append((changelog, p, k, v, ()))
+        partitions = sorted(set(by_partition) | set(state) | set(next_offset))
+        results = await asyncio.gather(*(
+            self.transactions.commit(p, [*by_partition.get(p, ()), *state.get(p, ())],
+                                     next_offset.get(p))
+            for p in partitions), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        for p, offsets in zip(partitions, results, strict=True):
+            if p in state:
+                self._apply(state[p], offsets[-len(state[p]):])
+
+    def _apply(self, records: list[Record], offsets: list[int]) -> None:
+        """Write changelog records, as written at `offsets`, to the local RocksDB."""
+        self.table.apply_changelog_batch([
+            ChangelogEvent(ChangelogMessage(TP(topic, p), offset, k, v))
+            for (topic, p, k, v, _), offset in zip(records, offsets, strict=True)
+        ])
 
 
 def _skipped(m: ConsumerMessage, first: int) -> list[ConsumerMessage]:

@@ -114,6 +114,9 @@ WORKER_ENV = {
     "TRANSCRIPT_INSTANCE_ID": "instance_id",
     "TRANSCRIPT_MAX_BATCH": "max_batch",
     "TRANSCRIPT_LINGER_MS": "linger_ms",
+    "TRANSCRIPT_PROCESSING_GUARANTEE": "processing_guarantee",
+    "TRANSCRIPT_SHUTDOWN_TIMEOUT_S": "shutdown_timeout_s",
+    "TRANSCRIPT_TRANSACTION_TIMEOUT_S": "transaction_timeout_s",
 }
 
 
@@ -135,6 +138,14 @@ class WorkerSettings(BaseModel):
     instance_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,249}$")
     max_batch: int = Field(default=20_000, ge=1)
     linger_ms: float = Field(default=5.0, ge=0)
+    # README, "Processing guarantee": exactly_once commits each input partition's share of a
+    # batch in one Kafka transaction; at_least_once is the cheaper mode before 1.1
+    processing_guarantee: Literal["exactly_once", "at_least_once"] = "exactly_once"
+    # SIGTERM: the batch in flight is finished (or its transactions abort) within this time
+    shutdown_timeout_s: float = Field(default=30.0, ge=1.0, le=3600, allow_inf_nan=False)
+    # an open transaction of a worker that died is aborted after this (or at once, when the
+    # partition's next owner starts); read_committed readers wait for it until then
+    transaction_timeout_s: float = Field(default=60.0, ge=1.0, le=900, allow_inf_nan=False)
 
 
 def worker_settings(environ: Mapping[str, str] | None = None) -> WorkerSettings:

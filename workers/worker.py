@@ -14,6 +14,7 @@ import logging
 import os
 import ssl
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -22,13 +23,14 @@ from workers import local_state
 from workers.ingest import Inbox, input_topic, read_committed, scheduler_for
 from workers.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
 from workers.owner import Owner
-from workers.processor import BatchClock, Processor
+from workers.processor import EXIT_FATAL, BatchClock, Processor
 from workers.settings import (
     KafkaSettings,
     WorkerSettings,
     kafka_settings,
     worker_settings,
 )
+from workers.transactions import PartitionProducers
 
 log = logging.getLogger("transcript_owner.worker")
 COMMITTED_OFFSETS_TIMEOUT_S = 120.0  # then the worker exits (70) and its supervisor restarts it
@@ -94,10 +96,11 @@ def committed_offsets(ks: KafkaSettings, group: str):  # noqa: ANN201
     return committed
 
 
-def producer_factory(ks: KafkaSettings, app_id: str):  # noqa: ANN201
-    """The processor's producer: idempotent, acks from all in-sync replicas, large batches."""
+def producer_factory(ks: KafkaSettings, app_id: str, transaction_timeout_s: float = 60.0):  # noqa: ANN201
+    """The processor's producers: idempotent, acks from all in-sync replicas, large batches;
+    `new_producer(transactional_id)` for the exactly-once worker's, one per input partition."""
 
-    def new_producer():  # noqa: ANN202  (called on the running loop)
+    def new_producer(transactional_id: str | None = None):  # noqa: ANN202  (on the running loop)
         from aiokafka import AIOKafkaProducer
 
         sasl = {}
@@ -111,6 +114,8 @@ def producer_factory(ks: KafkaSettings, app_id: str):  # noqa: ANN201
             security_protocol=ks.security_protocol, ssl_context=ssl_context(ks), **sasl,
             acks="all", enable_idempotence=True, max_batch_size=1024 * 1024,
             max_request_size=4 * 1024 * 1024, linger_ms=0,
+            transactional_id=transactional_id,
+            transaction_timeout_ms=int(transaction_timeout_s * 1000),
         )
 
     return new_producer
@@ -130,6 +135,10 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         topic_partitions=ws.partitions,
         topic_replication_factor=ks.replication_factor or 1,
         consumer_auto_offset_reset="earliest",
+        # no standby replicas: a standby applies changelog records behind faust's recovery,
+        # which the exactly-once top-up (on_assigned) would race with; a partition that moves
+        # here is read from its last local offset to the changelog's end instead
+        table_standby_replicas=0,
         broker_session_timeout=ws.session_timeout_s,
         # static membership: a restart within the session timeout moves no partition
         consumer_group_instance_id=ws.instance_id,
@@ -147,7 +156,8 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         ConsumerScheduler=scheduler_for(inbox),
     )
     input_topic(app, inbox)
-    read_committed(app)
+    exactly_once = ws.processing_guarantee == "exactly_once"
+    read_committed(app, offsets_in_transactions=exactly_once)
 
     sessions = app.Table("sessions", default=None, partitions=ws.partitions,
                          key_type=bytes, value_type=bytes)
@@ -158,11 +168,18 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
     owner = Owner(
         partitions=ws.partitions, dedupe_window=timedelta(days=ws.dedupe_window_days), clock=clock,
     )
+    new_producer = producer_factory(ks, app.conf.id, ws.transaction_timeout_s)
+    transactions = None
+    if exactly_once:
+        transactions = PartitionProducers(new_producer, app.conf.id, inbox.topic)
+        on_assigned(app, ks, transactions, inbox.topic,
+                    local_state.changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS), sessions)
     processor = Processor(
         app, inbox, sessions, owner,
         {name: ks.topic(name) for name in (CONFIRMATIONS, ENTRIES, DIAGNOSTICS, DLQ)},
-        topic_partitions, committed_offsets(ks, app.conf.id), producer_factory(ks, app.conf.id),
+        topic_partitions, committed_offsets(ks, app.conf.id), new_producer,
         clock, max_batch=ws.max_batch, linger_s=ws.linger_ms / 1000,
+        transactions=transactions, batch_stop_s=ws.shutdown_timeout_s / 2,
     )
     app.task(processor.run)
 
@@ -173,6 +190,70 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
                      dict(sorted(owner.counts.items())), inbox.high_water)
 
     return app
+
+
+def on_assigned(app, ks: KafkaSettings, transactions: PartitionProducers, input_name: str,  # noqa: ANN001
+                changelog: str, table) -> None:  # noqa: ANN001
+    """Exactly-once, at each assignment and before faust's table recovery: close the producers
+    of partitions revoked, start those of partitions assigned (fencing their last owners, whose
+    open transactions abort), then bring their local state up to the changelog's end, which is
+    final once fenced. Only then is the committed offset read (Processor._starts) and input
+    processed. A failure here exits (70): the next start does the same from the beginning."""
+    tables = app.tables
+    recover = tables.on_rebalance
+
+    async def on_rebalance(assigned, revoked, newly_assigned, generation_id=0):  # noqa: ANN001, ANN202
+        if app.should_stop:  # an assignment that arrives as the worker stops: faust's stores
+            return           # are closing, and the next start takes the partitions over
+        try:
+            mine = {tp.partition for tp in assigned if tp.topic == input_name}
+            await transactions.revoke(transactions.partitions - mine)
+            began = time.monotonic()
+            await transactions.assign(mine)
+            fenced = time.monotonic()
+            if app.should_stop:
+                return
+            dbs = {p: table.data._db_for_partition(p) for p in sorted(mine)}
+            applied = await asyncio.get_running_loop().run_in_executor(
+                None, local_state.top_up, ks, changelog, dbs)
+            # faust's stores are the only holders again: a stop meanwhile clears them, and a
+            # handle kept here would hold the RocksDB lock against their reopening
+            del dbs
+            log.info("assigned input partitions %s: producers ready in %.2fs, %d changelog "
+                     "records applied in %.2fs", sorted(mine), fenced - began, applied,
+                     time.monotonic() - fenced)
+        except Exception:
+            if app.should_stop:
+                log.info("stopping: the assigned partitions were not taken over")
+                return
+            log.exception("fatal: the assigned partitions could not be taken over; exiting")
+            logging.shutdown()
+            os._exit(EXIT_FATAL)
+        if not app.should_stop:  # a stop came while the producers started or the top-up ran
+            await recover(assigned, revoked, newly_assigned, generation_id)
+
+    tables.on_rebalance = on_rebalance
+
+
+def stop_within(worker, timeout_s: float) -> None:  # noqa: ANN001  (a faust Worker)
+    """A signalled stop ends within `timeout_s`: the batch in flight has half of it
+    (Processor), and should faust's own shutdown hang past it, the process exits 70 anyway."""
+    schedule = worker._schedule_shutdown  # mode.Worker: what its SIGTERM and SIGINT handlers call
+
+    def give_up() -> None:
+        log.error("did not stop within %.0fs of the signal (TRANSCRIPT_SHUTDOWN_TIMEOUT_S); "
+                  "exiting %d", timeout_s, EXIT_FATAL)
+        logging.shutdown()
+        os._exit(EXIT_FATAL)
+
+    def on_signal(signum):  # noqa: ANN001, ANN202
+        if not worker._signal_stop_time:
+            watchdog = threading.Timer(timeout_s, give_up)
+            watchdog.daemon = True
+            watchdog.start()
+        schedule(signum)
+
+    worker._schedule_shutdown = on_signal
 
 
 def check_topics(ks: KafkaSettings, ws: WorkerSettings) -> dict[str, int] | str:
@@ -237,6 +318,7 @@ def run(args: argparse.Namespace) -> int:
     log.info("starting %s on %s (prefix %r), state in %s", app.conf.id, ks.bootstrap,
              ks.topic_prefix, app.conf.datadir)
     worker = Worker(app, loglevel=ws.log_level, quiet=True, redirect_stdouts=False)
+    stop_within(worker, ws.shutdown_timeout_s)
     try:
         worker.execute_from_commandline()  # ends in sys.exit with the worker's exit code
     except SystemExit:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +17,10 @@ from kafka import KafkaConsumer, TopicPartition
 from workers.settings import KafkaSettings
 
 ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = ROOT / "deploy/local"
+# the three-node cluster: clients on +0/+2/+4, controllers on +1/+3/+5
+CLUSTER_PORT = int(os.environ.get("KAFKA_3N_PORT", "19092"))
+CLUSTER_BOOTSTRAP = ",".join(f"127.0.0.1:{CLUSTER_PORT + 2 * i}" for i in range(3))
 
 
 class WorkerProcess:
@@ -101,13 +107,22 @@ def without_written_at(entries: list[dict]) -> list[dict]:
 
 
 def group_lag(bootstrap: str, group: str, topic: str) -> int | None:
-    """Records of `topic` the group has not committed yet (all of them if it committed none);
-    None while the cluster cannot tell (a retriable error, e.g. the coordinator is moving)."""
+    """How far the group is behind on `topic`: 0 exactly when it has committed past every
+    committed record (all of them count if it committed none); None while the cluster cannot
+    tell (a retriable error, e.g. the coordinator is moving).
+
+    Records, not offsets: transaction markers take offsets too and are never delivered, so a
+    partition whose last offset is a commit marker (the worker writes its re-keyed records
+    to the input in transactions; a connector may publish in them) keeps "end offset -
+    committed offset" at 1 for good. So each partition with an offset gap is probed with a
+    read_committed reader (`_holding_records`): a gap that holds no committed record counts
+    0, any other counts its offsets (at least as many as its records). Partitions without a
+    gap are not read: a drained topic costs one look at the offsets."""
     from kafka.admin import KafkaAdminClient
     from kafka.errors import KafkaError
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)  # read_uncommitted: the log end
     try:
         tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
         ends = consumer.end_offsets(tps)
@@ -117,9 +132,46 @@ def group_lag(bootstrap: str, group: str, topic: str) -> int | None:
             if getattr(exc, "retriable", False):
                 return None
             raise
-        return sum(ends[tp] - (offsets[tp].offset if tp in offsets else 0) for tp in tps)
+        gaps = {}
+        for tp in tps:
+            committed = offsets[tp].offset if tp in offsets else 0
+            committed = max(committed, 0)  # -1: nothing committed for this partition
+            if ends[tp] > committed:
+                gaps[tp] = (committed, ends[tp])
+        if not gaps:
+            return 0
+        holding = _holding_records(bootstrap, gaps)
+        return sum(end - start for tp, (start, end) in gaps.items() if tp in holding)
     finally:
         admin.close()
+        consumer.close()
+
+
+def _holding_records(bootstrap: str, ranges: dict[TopicPartition, tuple[int, int]],
+                     timeout: float = 5.0) -> set[TopicPartition]:
+    """The partitions whose range [start, end) holds a committed record, read as a
+    read_committed reader sees them: it skips markers and aborted records, and its position
+    reaches `end` without a record when there is none. A range it cannot read to its end
+    within `timeout` (an open transaction holds it at the last stable offset) counts as
+    holding one: not drained yet."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
+                             enable_auto_commit=False, auto_offset_reset="earliest")
+    try:
+        consumer.assign(list(ranges))
+        for tp, (start, _) in ranges.items():
+            consumer.seek(tp, start)
+        holding: set[TopicPartition] = set()
+        undecided = set(ranges)
+        deadline = time.monotonic() + timeout
+        while undecided and time.monotonic() < deadline:
+            for tp, recs in consumer.poll(timeout_ms=200).items():
+                if tp in undecided and any(r.offset < ranges[tp][1] for r in recs):
+                    holding.add(tp)
+                    undecided.discard(tp)
+                    consumer.pause(tp)
+            undecided = {tp for tp in undecided if consumer.position(tp) < ranges[tp][1]}
+        return holding | undecided
+    finally:
         consumer.close()
 
 
@@ -141,7 +193,8 @@ def poll_until(done: Callable[[], bool], timeout: float, workers: list[WorkerPro
 
 def wait_drained(bootstrap: str, group: str, topic: str, timeout: float,
                  workers: list[WorkerProcess]) -> None:
-    """Until the group has committed every input record (re-keyed copies included)."""
+    """Until the group has committed every input record (re-keyed copies included); offsets
+    that hold only transaction markers or aborted records need no commit (`group_lag`)."""
     poll_until(lambda: group_lag(bootstrap, group, topic) == 0, timeout, workers,
                "input drained")
 
@@ -163,5 +216,94 @@ def wait_members(bootstrap: str, group: str, n: int, workers: list[WorkerProcess
         admin.close()
 
 
+def wait_static_members(bootstrap: str, group: str, instances: set[str],
+                        workers: list[WorkerProcess], *, renewed: dict[str, str] | None = None,
+                        timeout: float = 90) -> dict[str, str]:
+    """Until the group is Stable with exactly the static members `instances` (their
+    TRANSCRIPT_INSTANCE_ID), each in `renewed` under a member id other than the one given
+    there (it has joined again since). Returns instance id -> member id."""
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    found: dict[str, str] = {}
+
+    def settled() -> bool:
+        desc = admin.describe_groups([group])[group]
+        found.clear()
+        found.update({m.get("group_instance_id") or "": m["member_id"] for m in desc["members"]})
+        return (desc["group_state"] == "Stable" and len(desc["members"]) == len(instances)
+                and set(found) == instances
+                and all(found[i] != old for i, old in (renewed or {}).items()))
+
+    try:
+        poll_until(settled, timeout, workers, f"stable static members {sorted(instances)}")
+    finally:
+        admin.close()
+    return dict(found)
+
+
 def group_of(env: dict[str, str]) -> str:
     return env["TRANSCRIPT_TOPIC_PREFIX"] + "transcript-owner"
+
+
+class Cluster:
+    """The three-node local cluster (`KAFKA_NODES=3 deploy/local/kafka-up.sh`) on ports
+    CLUSTER_PORT.., its data in `data_dir`: not the session broker. Started and torn down by
+    the `cluster` fixture (tests/conftest.py)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.env = {
+            k: v for k, v in os.environ.items()
+            if not k.startswith("KAFKA_") or k in ("KAFKA_START_TIMEOUT", "KAFKA_STOP_TIMEOUT")
+        }
+        self.env.update(
+            KAFKA_NODES="3", KAFKA_PORT=str(CLUSTER_PORT),
+            KAFKA_CONTROLLER_PORT=str(CLUSTER_PORT + 1), KAFKA_DATA_DIR=str(data_dir),
+            KAFKA_HEAP_OPTS="-Xmx512m -Xms128m",
+        )
+
+    def run(self, *cmd: str, timeout: float = 180) -> str:
+        """A deploy/local script against this cluster; fails with its output unless exit 0."""
+        done = subprocess.run([str(SCRIPTS / cmd[0]), *cmd[1:]], env=self.env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=timeout)
+        assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}"
+        return done.stdout
+
+    def client_env(self, prefix: str) -> dict[str, str]:
+        """Environment for a `transcript-owner` subprocess on this cluster: RF 3 topics
+        under `prefix`, nothing inherited that would point it elsewhere."""
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("KAFKA_", "TRANSCRIPT_"))}
+        env.update(KAFKA_BOOTSTRAP=CLUSTER_BOOTSTRAP, TRANSCRIPT_TOPIC_PREFIX=prefix,
+                   TRANSCRIPT_REPLICATION_FACTOR="3", PYTHONUNBUFFERED="1")
+        return env
+
+    def admin(self):  # noqa: ANN201
+        from kafka.admin import KafkaAdminClient
+
+        return KafkaAdminClient(bootstrap_servers=CLUSTER_BOOTSTRAP.split(","),
+                                request_timeout_ms=20000)
+
+    @staticmethod
+    def busiest_leader(admin, topic: str) -> tuple[int, int]:
+        """The node leading the most partitions of `topic`, and how many it leads."""
+        leaders = Counter(p["leader_id"] for p in describe(admin, [topic])[topic])
+        node, led = leaders.most_common(1)[0]
+        assert node in (1, 2, 3), leaders
+        return node, led
+
+    @staticmethod
+    def in_sync(admin, topics: list[str], n: int, without: int | None = None) -> bool:
+        """Every partition of `topics` led by a live node other than `without`, with n
+        replicas in sync; False while the admin client cannot tell (it may be reconnecting)."""
+        try:
+            found = describe(admin, topics)
+        except Exception:  # noqa: BLE001
+            return False
+        return all(p["leader_id"] not in (without, -1) and len(p["isr_nodes"]) == n
+                   for parts in found.values() for p in parts)
+
+
+def describe(admin, topics: list[str]) -> dict[str, list[dict]]:
+    """Each topic's partitions as the admin client describes them (leader, replicas, ISR)."""
+    return {t["name"]: t["partitions"] for t in admin.describe_topics(topics)}

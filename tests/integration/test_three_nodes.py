@@ -2,64 +2,24 @@
 min.insync.replicas 2, and the worker keeps writing entries when the broker leading the most
 input partitions is killed with SIGKILL (2 of 3 replicas stay in sync).
 
-It starts its own cluster on ports 19092.. with its data under tmp_path, not the session broker:
-it uses none of the `kafka_bootstrap` / `env` fixtures."""
+It runs on its own cluster on ports 19092.. with its data under tmp_path (the `cluster` fixtures
+of tests/conftest.py), not the session broker: it uses none of the `kafka_bootstrap` / `env`
+fixtures. The fault suite kills the same node under a running feed (tests/faults)."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
-import uuid
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, cli
-from tests.integration.harness import Collector, WorkerProcess, poll_until
+from tests.integration.harness import CLUSTER_BOOTSTRAP, Collector, describe, poll_until
 from workers.kafka_io import publish
 from workers.outputs import CONFIRMATIONS, ENTRIES
 from workers.settings import kafka_settings
 
 pytestmark = pytest.mark.kafka
-
-SCRIPTS = ROOT / "deploy/local"
-BASE_PORT = int(os.environ.get("KAFKA_3N_PORT", "19092"))  # clients +0/+2/+4, controllers +1/+3/+5
-BOOTSTRAP = ",".join(f"127.0.0.1:{BASE_PORT + 2 * i}" for i in range(3))
-
-
-class Cluster:
-    def __init__(self, data_dir: Path) -> None:
-        self.env = {
-            k: v for k, v in os.environ.items()
-            if not k.startswith("KAFKA_") or k in ("KAFKA_START_TIMEOUT", "KAFKA_STOP_TIMEOUT")
-        }
-        self.env.update(
-            KAFKA_NODES="3", KAFKA_PORT=str(BASE_PORT), KAFKA_CONTROLLER_PORT=str(BASE_PORT + 1),
-            KAFKA_DATA_DIR=str(data_dir), KAFKA_HEAP_OPTS="-Xmx512m -Xms128m",
-        )
-
-    def run(self, *cmd: str, timeout: float = 180) -> str:
-        done = subprocess.run([str(SCRIPTS / cmd[0]), *cmd[1:]], env=self.env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=timeout)
-        assert done.returncode == 0, f"{' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}"
-        return done.stdout
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path / "kafka")
-    try:
-        out = c.run("kafka-up.sh")
-        assert f"bootstrap: {BOOTSTRAP}" in out, out
-        yield c
-    finally:
-        # always, even when kafka-up failed half-way: no JVM outlives the test
-        subprocess.run([str(SCRIPTS / "kafka-down.sh")], env=c.env, cwd=ROOT,
-                       capture_output=True, timeout=120)
 
 
 def confirmations(tag: str, n: int, sessions: int = 16) -> list[tuple[bytes, bytes]]:
@@ -79,25 +39,17 @@ def confirmations(tag: str, n: int, sessions: int = 16) -> list[tuple[bytes, byt
     return out
 
 
-def describe(admin, topics: list[str]) -> dict[str, list[dict]]:
-    return {t["name"]: t["partitions"] for t in admin.describe_topics(topics)}
-
-
-def test_topics_rf3_and_the_worker_survives_killing_the_busiest_leader(cluster, tmp_path):
-    from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+def test_topics_rf3_and_the_worker_survives_killing_the_busiest_leader(
+        cluster, cluster_env, cluster_workers):
+    from kafka.admin import ConfigResource, ConfigResourceType
 
     t0 = time.monotonic()
-    prefix = f"t{uuid.uuid4().hex[:10]}."
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("KAFKA_", "TRANSCRIPT_"))}
-    env.update(KAFKA_BOOTSTRAP=BOOTSTRAP, TRANSCRIPT_TOPIC_PREFIX=prefix,
-               TRANSCRIPT_REPLICATION_FACTOR="3", PYTHONUNBUFFERED="1")
-    done = cli("topics", "apply", env=env)
-    assert done.returncode == 0, done.stderr.decode()
-
+    env = cluster_env
+    prefix = env["TRANSCRIPT_TOPIC_PREFIX"]
     ks = kafka_settings(env)
+    assert ks.bootstrap == CLUSTER_BOOTSTRAP
     topic_in, topic_out = ks.topic(CONFIRMATIONS), ks.topic(ENTRIES)
-    admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP.split(","), request_timeout_ms=20000)
-    worker = None
+    admin = cluster.admin()
     entries = None
     try:
         mine = sorted(t for t in admin.list_topics() if t.startswith(prefix))
@@ -112,7 +64,7 @@ def test_topics_rf3_and_the_worker_survives_killing_the_busiest_leader(cluster, 
 
         first = confirmations("a", 80)
         publish(ks, topic_in, first, 8)
-        worker = WorkerProcess(env, tmp_path / "state", tmp_path / "worker.log").start()
+        worker = cluster_workers("worker")
         entries = Collector(ks, topic_out)
 
         def sends() -> set[str]:
@@ -122,21 +74,13 @@ def test_topics_rf3_and_the_worker_survives_killing_the_busiest_leader(cluster, 
         entries.wait_for(lambda _: want_first <= sends(), 90, worker)
 
         # the node leading the most input partitions: SIGKILL, as a crash would
-        leaders = Counter(p["leader_id"] for p in describe(admin, [topic_in])[topic_in])
-        victim, led = leaders.most_common(1)[0]
-        assert victim in (1, 2, 3) and led >= 3, leaders
+        victim, led = cluster.busiest_leader(admin, topic_in)
+        assert led >= 3, (victim, led)
         cluster.run("kafka-node.sh", "kill", str(victim))
         t_kill = time.monotonic()
-
-        def failed_over() -> bool:  # every input partition led by a live node, 2 in sync
-            try:
-                parts = describe(admin, [topic_in])[topic_in]
-            except Exception:  # noqa: BLE001  (the admin client may still be reconnecting)
-                return False
-            return all(p["leader_id"] not in (victim, -1) and len(p["isr_nodes"]) == 2
-                       for p in parts)
-
-        poll_until(failed_over, 60, [worker], "input partitions failed over")
+        # every input partition led by a live node, 2 in sync
+        poll_until(lambda: cluster.in_sync(admin, [topic_in], 2, without=victim), 60,
+                   [worker], "input partitions failed over")
 
         second = confirmations("b", 80)
         publish(ks, topic_in, second, 8)
@@ -145,8 +89,7 @@ def test_topics_rf3_and_the_worker_survives_killing_the_busiest_leader(cluster, 
         recovered = time.monotonic() - t_kill
         assert worker.alive()
 
-        # repeats are counted, not asserted: the worker is at-least-once until exactly-once
-        # lands (issue 13); the fault suite will assert 0
+        # counted here; the fault suite (tests/faults, on this cluster too) asserts 0
         keys = Counter(r.key for r in entries.records)
         repeats = sum(n - 1 for n in keys.values())
 
@@ -160,6 +103,4 @@ def test_topics_rf3_and_the_worker_survives_killing_the_busiest_leader(cluster, 
     finally:
         if entries is not None:
             entries.close()
-        if worker is not None and worker.alive():
-            worker.kill()
         admin.close()

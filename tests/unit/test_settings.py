@@ -81,3 +81,23 @@ def test_the_instance_id_is_optional_and_kept_as_given():
     assert worker_settings({}).instance_id is None
     assert worker_settings({"TRANSCRIPT_INSTANCE_ID": "transcript-owner-0"}).instance_id == (
         "transcript-owner-0")
+
+
+def test_exactly_once_is_the_default_and_at_least_once_is_chosen_by_name():
+    assert worker_settings({}).processing_guarantee == "exactly_once"
+    chosen = worker_settings({"TRANSCRIPT_PROCESSING_GUARANTEE": "at_least_once"})
+    assert chosen.processing_guarantee == "at_least_once"
+
+
+@pytest.mark.parametrize(("var", "value"), [
+    ("TRANSCRIPT_PROCESSING_GUARANTEE", "exactly-once"),
+    ("TRANSCRIPT_PROCESSING_GUARANTEE", "at_most_once"),
+    ("TRANSCRIPT_SHUTDOWN_TIMEOUT_S", "0"),
+    ("TRANSCRIPT_SHUTDOWN_TIMEOUT_S", "nan"),
+    ("TRANSCRIPT_SHUTDOWN_TIMEOUT_S", "inf"),
+    ("TRANSCRIPT_TRANSACTION_TIMEOUT_S", "0.5"),
+    ("TRANSCRIPT_TRANSACTION_TIMEOUT_S", "901"),  # past the broker's transaction.max.timeout.ms
+])
+def test_guarantee_and_timeouts_are_checked(var, value):
+    with pytest.raises(SettingsError, match=var):
+        worker_settings({var: value})
