@@ -18,6 +18,10 @@ from workers.partitioning import partition_for
 ROOT = Path(__file__).resolve().parent.parent
 BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 PARTITIONS = 8
+# the worker's processing guarantee (TRANSCRIPT_PROCESSING_GUARANTEE); the first is the default
+GUARANTEES = ("exactly_once", "at_least_once")
+# a partition this many offsets behind or fewer is read to see whether they hold any record
+MARKER_CHECK_OFFSETS = 1000
 
 assert BOOTSTRAP.split(",")[0].rsplit(":", 1)[0] in ("127.0.0.1", "localhost"), \
     "the benchmark only talks to a broker on loopback"
@@ -84,35 +88,113 @@ def preload(topic: str, records: list[tuple[bytes | None, bytes]]) -> float:
 
 
 class Lag:
-    """Committed-offset lag of a group on a topic (kafka-python admin, as the test harness)."""
+    """Committed-offset lag of a group on a topic (kafka-python admin, as the test harness).
+
+    Offsets that hold no record a read_committed reader sees (transaction markers, aborted
+    records) do not count: an exactly-once worker's last committed offset of a partition stops
+    before the marker of the transaction that wrote its last record (re-keyed copies on the input
+    topic), so the offset lag of that partition stays at 1 until its next record arrives.
+    """
 
     def __init__(self, group: str, topic: str) -> None:
         self.group, self.topic = group, topic
         self.admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
-        self.consumer = KafkaConsumer(bootstrap_servers=BOOTSTRAP)
+        self.consumer = KafkaConsumer(bootstrap_servers=BOOTSTRAP, enable_auto_commit=False)
         self.tps = [TopicPartition(topic, p)
                     for p in sorted(self.consumer.partitions_for_topic(topic))]
+        self._reader: KafkaConsumer | None = None
 
-    def __call__(self) -> int:
+    def behind(self) -> dict[TopicPartition, tuple[int, int]]:
+        """Partitions whose committed offset is below the end: (committed, end)."""
         ends = self.consumer.end_offsets(self.tps)
         offsets = self.admin.list_group_offsets(self.group).get(self.group, {})
-        return sum(ends[tp] - (offsets[tp].offset if tp in offsets else 0) for tp in self.tps)
+        out = {}
+        for tp in self.tps:
+            committed = offsets[tp].offset if tp in offsets and offsets[tp].offset >= 0 else 0
+            if committed < ends[tp]:
+                out[tp] = (committed, ends[tp])
+        return out
+
+    def __call__(self) -> int:
+        """Offsets still to process, 0 once the rest of every partition holds no record."""
+        behind = self.behind()
+        if not behind:
+            return 0
+        if max(end - start for start, end in behind.values()) > MARKER_CHECK_OFFSETS:
+            return sum(end - start for start, end in behind.values())
+        with_records = self._holding_records(behind)
+        return sum(end - start for tp, (start, end) in behind.items() if tp in with_records)
+
+    def _holding_records(self, ranges: dict[TopicPartition, tuple[int, int]],
+                         timeout: float = 1.0) -> set[TopicPartition]:
+        """Partitions with a committed record in [start, end). Undecided in `timeout` (an open
+        transaction holds the read_committed reader below the end) counts as holding one."""
+        if self._reader is None:
+            self._reader = KafkaConsumer(bootstrap_servers=BOOTSTRAP, enable_auto_commit=False,
+                                         isolation_level="read_committed", check_crcs=False,
+                                         max_partition_fetch_bytes=64 * 1024,
+                                         fetch_max_wait_ms=20)
+        r = self._reader
+        r.assign(list(ranges))
+        for tp, (start, _) in ranges.items():
+            r.seek(tp, start)
+        pending, found = dict(ranges), set()
+        deadline = time.monotonic() + timeout
+        while pending and time.monotonic() < deadline:
+            for tp, recs in r.poll(timeout_ms=50, max_records=100).items():
+                if tp in pending and any(rec.offset < pending[tp][1] for rec in recs):
+                    found.add(tp)
+                    del pending[tp]  # (not paused: a paused partition's seek did not fetch)
+            for tp in list(pending):
+                if r.position(tp) >= pending[tp][1]:
+                    del pending[tp]
+        return found | set(pending)
 
     def wait_zero(self, timeout: float, alive=lambda: True, interval: float = 0.1) -> float:
-        """Wall time (time.time()) when lag was first seen at 0."""
+        """Wall time (time.time()) when lag was first seen at 0 (when that look began)."""
         deadline = time.monotonic() + timeout
         while True:
+            looked_at = time.time()
             if self() == 0:
-                return time.time()
+                return looked_at
             if not alive():
                 raise RuntimeError("process died while draining")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"lag of {self.group} not 0 after {timeout}s ({self()})")
             time.sleep(interval)
 
+    def records(self) -> int:
+        """Records a read_committed reader sees in the topic (end offsets count markers too)."""
+        return count_records(self.topic)
+
     def close(self) -> None:
         self.admin.close()
         self.consumer.close()
+        if self._reader is not None:
+            self._reader.close()
+
+
+def count_records(topic: str, timeout: float = 120) -> int:
+    """Records of `topic` a read_committed reader sees, from the log start to the end."""
+    c = KafkaConsumer(bootstrap_servers=BOOTSTRAP, enable_auto_commit=False,
+                      isolation_level="read_committed", check_crcs=False,
+                      max_partition_fetch_bytes=4 * 1024 * 1024, fetch_max_bytes=16 * 1024 * 1024)
+    try:
+        tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or ())]
+        c.assign(tps)
+        c.seek_to_beginning()
+        ends = c.end_offsets(tps)  # read_committed: the last stable offsets
+        n, pending = 0, {tp for tp in tps if c.position(tp) < ends[tp]}
+        deadline = time.monotonic() + timeout
+        while pending:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{topic} not read to its end in {timeout}s")
+            for tp, recs in c.poll(timeout_ms=200, max_records=100_000).items():
+                n += sum(1 for rec in recs if rec.offset < ends[tp])
+            pending = {tp for tp in pending if c.position(tp) < ends[tp]}
+        return n
+    finally:
+        c.close()
 
 
 def first_timestamp(topics: list[str]) -> float | None:
@@ -130,34 +212,44 @@ def first_timestamp(topics: list[str]) -> float | None:
         c.close()
 
 
-def last_timestamp(topics: list[str]) -> float | None:
-    """Latest record CreateTime (seconds) over the topics' partition tails: the last output."""
-    c = KafkaConsumer(bootstrap_servers=BOOTSTRAP, enable_auto_commit=False)
+def last_timestamp(topics: list[str], back: int = 200) -> float | None:
+    """Latest record CreateTime (seconds) over the topics' partition tails: the last output.
+
+    Reads the last `back` offsets of each partition read_committed: on a topic written in
+    transactions the last offset is a transaction marker, not a record."""
+    c = KafkaConsumer(bootstrap_servers=BOOTSTRAP, enable_auto_commit=False,
+                      isolation_level="read_committed", check_crcs=False)
     try:
         tps = [TopicPartition(t, p)
                for t in topics for p in sorted(c.partitions_for_topic(t) or ())]
         ends = {tp: e for tp, e in c.end_offsets(tps).items() if e > 0}
         c.assign(list(ends))
         for tp, e in ends.items():
-            c.seek(tp, e - 1)
+            c.seek(tp, max(0, e - back))
         best, pending = None, set(ends)
         deadline = time.monotonic() + 20
         while pending and time.monotonic() < deadline:
-            for tp, recs in c.poll(timeout_ms=500).items():
+            for recs in c.poll(timeout_ms=200).values():
                 for r in recs:
                     best = max(best or 0, r.timestamp / 1000)
-                pending.discard(tp)
+            pending = {tp for tp in pending if c.position(tp) < ends[tp]}
         return best
     finally:
         c.close()
 
 
 class WorkerProc:
-    """`python -m workers worker` with its own app id and state dir; output to a log file."""
+    """`python -m workers worker` with its own app id, state dir and processing guarantee
+    (TRANSCRIPT_PROCESSING_GUARANTEE); output to a log file."""
 
-    def __init__(self, prefix: str, app_id: str, state_dir: Path, log: Path) -> None:
+    def __init__(self, prefix: str, app_id: str, state_dir: Path, log: Path,
+                 guarantee: str = GUARANTEES[0]) -> None:
+        if guarantee not in GUARANTEES:
+            raise ValueError(f"processing guarantee {guarantee!r} is not one of {GUARANTEES}")
+        self.guarantee = guarantee
         self.env = env_for(prefix, TRANSCRIPT_APP_ID=app_id, TRANSCRIPT_STATE_DIR=str(state_dir),
-                           TRANSCRIPT_SESSION_TIMEOUT_S="6")
+                           TRANSCRIPT_SESSION_TIMEOUT_S="6",
+                           TRANSCRIPT_PROCESSING_GUARANTEE=guarantee)
         self.group = prefix + app_id
         self.log = log
         self.proc: subprocess.Popen | None = None

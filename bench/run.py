@@ -2,15 +2,22 @@
 
     .venv/bin/python bench/run.py [--records 200000] [--rate-seconds 16]
                                   [--recovery-sessions 100000]
+                                  [--modes exactly_once,at_least_once] [--other-rates 1000]
 
 One run on the local broker, on fresh topics under a unique prefix (deleted at the end):
   (a) ceiling: aiokafka consume -> produce passthrough, acks=all, commit after acks
   (b) a faust noop agent (concurrency=1) over the same input
   (c) the worker draining the same preloaded input (first output -> committed lag 0)
   (d) end-to-end latency at fixed input rates, the worker running throughout
-  (e) recovery: restart with local RocksDB state kept, and with the state dir wiped
-then `audit` of all the worker wrote in (c) and (d).
-Writes bench/results/latest.json and latest.png, and prints a table.
+  (c) and (d) once per processing guarantee (TRANSCRIPT_PROCESSING_GUARANTEE), one after the
+      other, each worker on its own topics (the same input preloaded on each) so that neither
+      sees the other's output; the first mode (exactly_once) on the prefix (a) and (b) read
+  (e) recovery of the first mode: restart with local RocksDB state kept, and with it wiped
+then `audit --strict` of all the first mode's worker wrote in (c) and (d).
+Writes bench/results/latest.json and latest.png, and prints a table. The keys of earlier runs
+(throughput.worker, latency_ms, worker_events_per_s, ratio) hold the first mode; the others
+have their own (throughput.worker_at_least_once, latency_ms_at_least_once, ...), and
+exactly_once_vs_at_least_once holds the ratios.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 from bench import ceiling, report, worker_bench  # noqa: E402
 from bench.common import (  # noqa: E402
     BOOTSTRAP,
+    GUARANTEES,
     WorkerProc,
     create_topic,
     delete_topics,
@@ -47,8 +55,16 @@ from workers.synthetic import generate  # noqa: E402
 RESULTS = ROOT / "bench" / "results"
 
 
+T0 = time.monotonic()
+
+
 def log(msg: str) -> None:
     print(msg, flush=True)
+
+
+def phase(msg: str) -> None:
+    """A step of the run, with the seconds since the run began (where the wall time goes)."""
+    log(f"[{time.monotonic() - T0:5.0f}s] {msg}")
 
 
 def kafka_version() -> str:
@@ -90,13 +106,20 @@ def faust_noop(prefix: str, n: int, workdir: Path, timeout: float = 300) -> dict
 
 
 def audit(prefix: str, timeout: float = 600) -> dict:
-    """`transcript-owner audit` of everything the worker wrote: correctness after optimising."""
-    done = subprocess.run([sys.executable, "-m", "workers", "audit", "--json", "--no-progress"],
+    """`transcript-owner audit --strict` of everything the worker wrote: correctness after
+    optimising; a repeated entry (same key, same content) fails it too."""
+    done = subprocess.run([sys.executable, "-m", "workers", "audit", "--strict", "--json",
+                           "--no-progress"],
                           cwd=ROOT, env=env_for(prefix), capture_output=True, timeout=timeout)
-    report = json.loads(done.stdout)
-    return {"clean": done.returncode == 0, "seconds": None,
+    try:
+        report = json.loads(done.stdout)
+    except ValueError:
+        raise RuntimeError(f"audit exited {done.returncode}: {done.stderr.decode()[-2000:]}") \
+            from None
+    return {"clean": done.returncode == 0, "strict": True, "seconds": None,
             "expected_entries": report["expected_entries"],
             "actual_entries": report["actual_entries"], "repeats": report["repeats"],
+            "diagnostic_repeats": report.get("diagnostic_repeats"),
             "discrepancies": sum(report["discrepancies"].values())}
 
 
@@ -114,48 +137,105 @@ def delete_groups(prefix: str) -> None:
         admin.close()
 
 
+SHORT = {"exactly_once": "eos", "at_least_once": "alo"}
+
+
+def compare(result: dict, a: str, b: str) -> dict:
+    """Mode `a` over mode `b`: throughput and latency percentiles (rates measured in both)."""
+    tp = result["throughput"]
+    ta, tb = tp[worker_key(result, a)], tp[worker_key(result, b)]
+    la, lb = result[latency_key(result, a)], result[latency_key(result, b)]
+    out: dict = {"events_per_s": round(ta["events_per_s"] / tb["events_per_s"], 3),
+                 "events_per_s_to_last_output": round(ta["events_per_s_to_last_output"]
+                                                      / tb["events_per_s_to_last_output"], 3),
+                 "latency": {}}
+    for rate in la:
+        if rate in lb:
+            out["latency"][rate] = {p: round(la[rate][p] / lb[rate][p], 2) if lb[rate][p] else None
+                                    for p in ("p50", "p95", "p99")}
+    return out
+
+
+def worker_key(result: dict, mode: str) -> str:
+    """throughput[...] of a mode: "worker" for the default (first) mode, as in earlier runs."""
+    return "worker" if mode == result["processing_guarantee"] else f"worker_{mode}"
+
+
+def latency_key(result: dict, mode: str) -> str:
+    return "latency_ms" if mode == result["processing_guarantee"] else f"latency_ms_{mode}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=200_000)
-    parser.add_argument("--rates", default="500,1000,2000")
+    parser.add_argument("--records", type=int, default=200_000,
+                        help="preloaded input of (a), (b) and of (c) in each mode")
+    parser.add_argument("--rates", default="500,1000,2000",
+                        help="input rates of (d) in the default (first) mode")
+    parser.add_argument("--other-rates", default=None,
+                        help="input rates of (d) in the other modes (default: --rates)")
     parser.add_argument("--rate-seconds", type=float, default=16.0)
     parser.add_argument("--recovery-sessions", type=int, default=100_000)
+    parser.add_argument("--modes", default=",".join(GUARANTEES),
+                        help="the worker's processing guarantees (TRANSCRIPT_PROCESSING_GUARANTEE) "
+                             "to measure, each on its own topics; the first is the default mode: "
+                             "the keys of earlier runs, the audit and (e) are of it")
+    parser.add_argument("--results", type=Path, default=RESULTS,
+                        help="directory for latest.json and latest.png")
     args = parser.parse_args(argv)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or len(set(modes)) != len(modes) or set(modes) - set(GUARANTEES):
+        parser.error(f"--modes: distinct values of {', '.join(GUARANTEES)}")
+    primary = modes[0]
 
-    wall0 = time.monotonic()
+    global T0
+    wall0 = T0 = time.monotonic()
     run_id = uuid.uuid4().hex[:8]
     prefix = f"bench{run_id}."
     workdir = ROOT / "var" / "bench" / run_id
     workdir.mkdir(parents=True, exist_ok=True)
     n = args.records
     rates = [int(x) for x in args.rates.split(",")]
+    other_rates = [int(x) for x in args.other_rates.split(",")] if args.other_rates else rates
+    mode_rates = {m: rates if m == primary else other_rates for m in modes}
+    # the default mode on the prefix the baselines read (as in earlier runs); the others on
+    # their own prefix under it: own input, outputs, changelog, group and transactional ids
+    prefixes = {m: prefix if m == primary else f"{prefix}{SHORT[m]}." for m in modes}
+    app_ids = {m: "bench-worker" if m == primary else f"bench-worker-{SHORT[m]}" for m in modes}
     result: dict = {
         "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"nproc": os.cpu_count(), "python": platform.python_version(),
                     "kafka": kafka_version(), "platform": platform.platform()},
         "prefix": prefix,
+        "processing_guarantee": primary,  # of throughput.worker, latency_ms, audit, recovery_s
+        "modes": modes,
+        "prefixes": prefixes,
         "records": {"throughput": n, "latency_per_rate": {str(r): int(r * args.rate_seconds)
                                                           for r in rates},
+                    "latency_rates": {m: mode_rates[m] for m in modes},
                     "recovery_sessions": args.recovery_sessions},
         "throughput": {}, "latency_ms": {}, "recovery_s": {}, "missing": [],
     }
-    log(f"bench run {run_id}: prefix {prefix!r}, logs in {workdir}")
-    worker = WorkerProc(prefix, "bench-worker", workdir / "state-main", workdir / "worker.log")
+    for m in modes:
+        result.setdefault(latency_key(result, m), {})
+    log(f"bench run {run_id}: prefix {prefix!r}, modes {', '.join(modes)}, logs in {workdir}")
+    worker: WorkerProc | None = None
     try:
-        topics_apply(prefix, "bench-worker")
+        for m in modes:
+            topics_apply(prefixes[m], app_ids[m])
         src, dst = prefix + CONFIRMATIONS, prefix + "bench.passthrough"
         create_topic(dst)
         t = time.monotonic()
         records = list(generate(n, sessions_n=2000, seed=1))
-        log(f"generated {n:,} records in {time.monotonic() - t:.1f}s; preloading")
-        log(f"  preloaded in {preload(src, records):.1f}s")
+        phase(f"generated {n:,} records in {time.monotonic() - t:.1f}s; preloading")
+        for m in modes:
+            log(f"  preloaded for {m} in {preload(prefixes[m] + CONFIRMATIONS, records):.1f}s")
         del records
 
-        log("(a) ceiling: aiokafka passthrough")
+        phase("(a) ceiling: aiokafka passthrough")
         result["throughput"]["ceiling"] = ceiling.run(src, dst, prefix + "bench-ceiling", n)
         log(f"  {result['throughput']['ceiling']}")
 
-        log("(b) faust noop agent")
+        phase("(b) faust noop agent")
         try:
             result["throughput"]["faust_noop"] = faust_noop(prefix, n, workdir)
             log(f"  {result['throughput']['faust_noop']}")
@@ -163,59 +243,85 @@ def main(argv: list[str] | None = None) -> int:
             result["missing"].append(f"faust noop: {exc}")
             log(traceback.format_exc())
 
-        log("(c) worker draining the preloaded input")
-        result["throughput"]["worker"] = worker_bench.throughput(worker, prefix)
-        log(f"  {result['throughput']['worker']}")
+        for m in modes:
+            mp = prefixes[m]
+            worker = WorkerProc(mp, app_ids[m], workdir / f"state-{SHORT[m]}",
+                                workdir / f"worker-{SHORT[m]}.log", m)
+            try:
+                phase(f"(c) worker, {m}: draining the preloaded input")
+                result["throughput"][worker_key(result, m)] = worker_bench.throughput(worker, mp)
+                log(f"  {result['throughput'][worker_key(result, m)]}")
 
-        log("(d) end-to-end latency at fixed rates (worker keeps running)")
-        for i, rate in enumerate(rates):
-            if not worker.alive():
-                raise RuntimeError(f"worker died:\n{worker.tail()}")
-            lat = worker_bench.latency(prefix, rate, args.rate_seconds, seed=100 + i)
-            result["latency_ms"][str(rate)] = lat
-            log(f"  {rate}/s: {lat}")
-        worker.stop()
+                phase(f"(d) worker, {m}: end-to-end latency at fixed rates (worker keeps running)")
+                for i, rate in enumerate(mode_rates[m]):
+                    if not worker.alive():
+                        raise RuntimeError(f"worker died:\n{worker.tail()}")
+                    lat = worker_bench.latency(mp, rate, args.rate_seconds, seed=100 + i)
+                    result[latency_key(result, m)][str(rate)] = lat
+                    log(f"  {rate}/s: {lat}")
+            except Exception as exc:
+                if m == primary:
+                    raise
+                result["missing"].append(f"worker {m}: {exc}")
+                log(traceback.format_exc())
+            finally:
+                worker.stop()
 
-        log("audit of all the worker wrote (replays the input)")
+        phase(f"audit --strict of all the {primary} worker wrote (replays the input)")
         t = time.monotonic()
-        result["audit"] = audit(prefix)
-        result["audit"]["seconds"] = round(time.monotonic() - t, 1)
-        log(f"  {result['audit']}")
-        if not result["audit"]["clean"]:
-            result["missing"].append("audit: NOT clean")
+        try:
+            result["audit"] = audit(prefix)
+            result["audit"]["seconds"] = round(time.monotonic() - t, 1)
+            result["audit"]["mode"] = primary
+            log(f"  {result['audit']}")
+            if not result["audit"]["clean"]:
+                result["missing"].append("audit: NOT clean")
+        except Exception as exc:
+            result["missing"].append(f"audit: {exc}")
+            log(traceback.format_exc())
 
-        log(f"(e) recovery with {args.recovery_sessions:,} sessions of state")
+        phase(f"(e) recovery, {primary}, with {args.recovery_sessions:,} sessions of state")
         try:
             rec_prefix = prefix + "rec."
             topics_apply(rec_prefix, "bench-recovery")
             result["recovery_s"] = worker_bench.recovery(rec_prefix, workdir,
-                                                         args.recovery_sessions, log)
+                                                         args.recovery_sessions, log, primary)
         except Exception as exc:
             result["missing"].append(f"recovery: {exc}")
             log(traceback.format_exc())
     finally:
-        worker.stop()
+        if worker is not None:
+            worker.stop()
         deleted = delete_topics(prefix)
         delete_groups(prefix)
-        log(f"cleanup: worker stopped, {len(deleted)} topics under {prefix!r} deleted")
+        phase(f"cleanup: worker stopped, {len(deleted)} topics under {prefix!r} deleted")
 
     tp = result["throughput"]
     result["ceiling_events_per_s"] = round(tp["ceiling"]["events_per_s"], 1)
     result["faust_noop_events_per_s"] = round(tp.get("faust_noop", {}).get("events_per_s",
                                                                           float("nan")), 1)
-    result["worker_events_per_s"] = round(tp["worker"]["events_per_s"], 1)
-    result["worker_startup_s"] = round(tp["worker"]["startup_s"], 2)
-    result["ratio"] = round(result["worker_events_per_s"] / result["ceiling_events_per_s"], 3)
+    for m in modes:
+        if (w := tp.get(worker_key(result, m))) is None:
+            continue
+        key = worker_key(result, m)
+        result[f"{key}_events_per_s"] = round(w["events_per_s"], 1)
+        result[f"{key}_startup_s"] = round(w["startup_s"], 2)
+        result["ratio" if m == primary else f"ratio_{m}"] = round(
+            w["events_per_s"] / tp["ceiling"]["events_per_s"], 3)
+    if {"exactly_once", "at_least_once"} <= {m for m in modes if worker_key(result, m) in tp}:
+        result["exactly_once_vs_at_least_once"] = compare(result, "exactly_once",
+                                                          "at_least_once")
     result["wall_s"] = round(time.monotonic() - wall0, 1)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "latest.json").write_text(json.dumps(result, indent=2) + "\n")
+    out = args.results
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "latest.json").write_text(json.dumps(result, indent=2) + "\n")
     try:
-        report.chart(result, RESULTS / "latest.png")
+        report.chart(result, out / "latest.png")
     except Exception as exc:
         log(f"chart not written: {exc}")
     log("")
     log(report.table(result))
-    log(f"\nwrote {RESULTS / 'latest.json'} and {RESULTS / 'latest.png'}")
+    log(f"\nwrote {out / 'latest.json'} and {out / 'latest.png'}")
     return 0
 
 

@@ -14,6 +14,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from bench.common import (
     BOOTSTRAP,
+    GUARANTEES,
     PARTITIONS,
     Lag,
     WorkerProc,
@@ -32,7 +33,9 @@ def throughput(worker: WorkerProc, prefix: str, timeout: float = 400) -> dict:
     try:
         worker.start()
         t_zero = lag.wait_zero(timeout, alive=worker.alive)
-        events = sum(lag.consumer.end_offsets(lag.tps).values())  # re-keyed copies included
+        offsets = sum(lag.consumer.end_offsets(lag.tps).values())
+        # re-keyed copies included; counted, as exactly-once adds transaction markers to offsets
+        events = lag.records()
     finally:
         lag.close()
     outputs = [prefix + t for t in (ENTRIES, DIAGNOSTICS, DLQ)]
@@ -40,7 +43,8 @@ def throughput(worker: WorkerProc, prefix: str, timeout: float = 400) -> dict:
     seconds = t_zero - t_first
     # lag 0 needs faust's next offset commit (commit_interval 2.8 s by default); the span to the
     # last output sent shows how much of `seconds` that wait is
-    return {"events": events, "startup_s": t_first - worker.started_at, "seconds": seconds,
+    return {"mode": worker.guarantee, "events": events, "offsets": offsets,
+            "startup_s": t_first - worker.started_at, "seconds": seconds,
             "events_per_s": events / seconds, "first_to_last_output_s": t_last - t_first,
             "events_per_s_to_last_output": events / (t_last - t_first)}
 
@@ -61,7 +65,7 @@ def _tagged(n: int, seed: int, tag: str, start: datetime) -> list[tuple[bytes | 
     return out
 
 
-async def _latency(prefix: str, rate: int, seconds: float, seed: int) -> dict:
+async def _latency(prefix: str, rate: int, seconds: float, seed: int, idle_s: float) -> dict:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
     from aiokafka.structs import TopicPartition as ATP
 
@@ -101,7 +105,7 @@ async def _latency(prefix: str, rate: int, seconds: float, seed: int) -> dict:
                     idle_since = None
                 elif idle_since is None:
                     idle_since = now
-                elif now - idle_since > 3.0:
+                elif now - idle_since > idle_s:
                     return
 
     reader = asyncio.create_task(consume())
@@ -136,8 +140,11 @@ async def _latency(prefix: str, rate: int, seconds: float, seed: int) -> dict:
             "records": n, "entries_measured": len(ms), "achieved_rate": round(n / produced_s, 1)}
 
 
-def latency(prefix: str, rate: int, seconds: float, seed: int) -> dict:
-    return asyncio.run(_latency(prefix, rate, seconds, seed))
+def latency(prefix: str, rate: int, seconds: float, seed: int, idle_s: float = 5.0) -> dict:
+    """Publish `rate`/s for `seconds`; each entry's delay from its send to a read_committed
+    reader. Reading stops `idle_s` after the last ack with no entry arriving (an exactly-once
+    worker's entries become readable only when its transaction commits)."""
+    return asyncio.run(_latency(prefix, rate, seconds, seed, idle_s))
 
 
 def _probe(prefix: str, tag: str) -> bytes:
@@ -157,11 +164,13 @@ def _probe(prefix: str, tag: str) -> bytes:
     raise RuntimeError("no probe record found")
 
 
-def recovery(prefix: str, workdir: Path, n: int, log) -> dict:  # noqa: ANN001
+def recovery(prefix: str, workdir: Path, n: int, log,  # noqa: ANN001
+             guarantee: str = GUARANTEES[0]) -> dict:
     """State of `n` sessions, then restart times: local RocksDB kept, and state dir wiped."""
     preload(prefix + CONFIRMATIONS, list(generate(n, sessions_n=n, seed=11)))
     state = workdir / "state-recovery"
-    worker = WorkerProc(prefix, "bench-recovery", state, workdir / "worker-recovery.log")
+    worker = WorkerProc(prefix, "bench-recovery", state, workdir / "worker-recovery.log",
+                        guarantee)
     lag = Lag(worker.group, prefix + CONFIRMATIONS)
     try:
         worker.start()
