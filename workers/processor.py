@@ -129,8 +129,8 @@ class Processor:
             await asyncio.shield(self._stop(batch))
             raise
         except Exception:
-            log.exception("fatal: the batch could not be processed; exiting before its offsets "
-                          "are committed")
+            log.exception("fatal: the batch could not be processed or committed; exiting with "
+                          "none of it applied locally (its offsets are not committed)")
             logging.shutdown()
             os._exit(EXIT_FATAL)
 

@@ -21,12 +21,14 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
 
 import pytest
+from kafka.admin import KafkaAdminClient
 
 from tests.conftest import ROOT, cli
 from tests.integration.harness import (
@@ -398,3 +400,50 @@ def test_wiped_local_state_recovers_from_changelog(ks, env, feed, workers, tmp_p
     conclude("wiped_state", {"records": records, "kills": 1, "recovery_s": recovery},
              report, began, ks)
     assert stopped == 0
+
+
+def test_a_stalled_worker_is_fenced_when_its_partitions_move(ks, env, feed, workers, tmp_path):
+    """A zombie: the worker is frozen (SIGSTOP) in the middle of its work, past its session
+    timeout, while a second worker takes its partitions over (and, starting their producers,
+    fences it). Woken (SIGCONT), whatever it still tries to commit is refused by the broker:
+    it exits 70, or rejoins the group if it noticed the rebalance first. Either way a
+    read_committed reader sees nothing twice and nothing missing."""
+    began = time.monotonic()
+    feeder = feed(ks, seed=606)
+    entries = Collector(ks, ks.topic(ENTRIES))
+    bootstrap, group = env["KAFKA_BOOTSTRAP"], group_of(env)
+    zombie = workers("zombie", tmp_path / "s1")
+    wait_entries(entries, 8_000, zombie)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+
+    def members() -> tuple[str, list[str]]:
+        desc = admin.describe_groups([group])[group]
+        return desc["group_state"], [m["member_id"] for m in desc["members"]]
+
+    try:
+        state, frozen = members()
+        assert state == "Stable" and len(frozen) == 1, (state, frozen)
+        zombie.proc.send_signal(signal.SIGSTOP)
+        t0 = time.time()
+        try:
+            heir = workers("heir", tmp_path / "s2")
+            # the frozen member is removed at its session timeout; the heir is alone
+            poll_until(lambda: (s := members())[0] == "Stable" and len(s[1]) == 1
+                       and s[1] != frozen, 90, [heir], "the heir alone in the group")
+            poll_until(has_written(heir), 60, [heir], "the heir decided records")
+            recovery = recovery_after(entries, t0, heir)
+        finally:
+            zombie.proc.send_signal(signal.SIGCONT)
+        # it is refused and exits, or it rejoins: 2 members
+        poll_until(lambda: not zombie.alive() or len(members()[1]) == 2, 90, [heir],
+                   "the woken worker exited or rejoined")
+    finally:
+        admin.close()
+    zombie_exit = zombie.proc.poll()
+    alive = [w for w in (zombie, heir) if w.alive()]
+    records, report = drained_and_audited(feeder, env, ks, alive)
+    stopped = [w.stop() for w in alive]
+    conclude("zombie_fenced", {"records": records, "zombie_exit": zombie_exit,
+                               "recovery_s": recovery}, report, began, ks)
+    assert zombie_exit in (None, 70), f"the woken worker exited {zombie_exit}:\n{zombie.tail()}"
+    assert stopped == [0] * len(alive)
