@@ -195,8 +195,8 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
 def on_assigned(app, ks: KafkaSettings, transactions: PartitionProducers, input_name: str,  # noqa: ANN001
                 changelog: str, table) -> None:  # noqa: ANN001
     """Exactly-once, at each assignment and before faust's table recovery: close the producers
-    of partitions revoked, start those of partitions assigned (fencing their last owners, whose
-    open transactions abort), then bring their local state up to the changelog's end, which is
+    of the last generation, start those of the partitions assigned (fencing their last owners,
+    whose open transactions abort), then bring their local state up to the changelog's end, which is
     final once fenced. Only then is the committed offset read (Processor._starts) and input
     processed. A failure here exits (70): the next start does the same from the beginning."""
     tables = app.tables
@@ -207,8 +207,10 @@ def on_assigned(app, ks: KafkaSettings, transactions: PartitionProducers, input_
             return           # are closing, and the next start takes the partitions over
         try:
             mine = {tp.partition for tp in assigned if tp.topic == input_name}
-            await transactions.revoke(transactions.partitions - mine)
             began = time.monotonic()
+            # new producers for every partition of this generation, kept ones too: a worker
+            # that was frozen past its session timeout may hold producers fenced meanwhile
+            await transactions.revoke(transactions.partitions)
             await transactions.assign(mine)
             fenced = time.monotonic()
             if app.should_stop:

@@ -406,8 +406,8 @@ def test_a_stalled_worker_is_fenced_when_its_partitions_move(ks, env, feed, work
     """A zombie: the worker is frozen (SIGSTOP) in the middle of its work, past its session
     timeout, while a second worker takes its partitions over (and, starting their producers,
     fences it). Woken (SIGCONT), whatever it still tries to commit is refused by the broker:
-    it exits 70, or rejoins the group if it noticed the rebalance first. Either way a
-    read_committed reader sees nothing twice and nothing missing."""
+    it exits 70; or, if it noticed the rebalance first, it rejoins the group with new
+    producers. Either way a read_committed reader sees nothing twice and nothing missing."""
     began = time.monotonic()
     feeder = feed(ks, seed=606)
     entries = Collector(ks, ks.topic(ENTRIES))
@@ -434,16 +434,14 @@ def test_a_stalled_worker_is_fenced_when_its_partitions_move(ks, env, feed, work
             recovery = recovery_after(entries, t0, heir)
         finally:
             zombie.proc.send_signal(signal.SIGCONT)
-        # it is refused and exits, or it rejoins: 2 members
-        poll_until(lambda: not zombie.alive() or len(members()[1]) == 2, 90, [heir],
-                   "the woken worker exited or rejoined")
     finally:
         admin.close()
+    # the woken worker may exit (70) at any point from here, as its orchestrator would see
+    records, report = drained_and_audited(feeder, env, ks, [heir])
     zombie_exit = zombie.proc.poll()
-    alive = [w for w in (zombie, heir) if w.alive()]
-    records, report = drained_and_audited(feeder, env, ks, alive)
-    stopped = [w.stop() for w in alive]
+    zombie_stop = zombie.stop() if zombie_exit is None else None
+    heir_stop = heir.stop()
     conclude("zombie_fenced", {"records": records, "zombie_exit": zombie_exit,
                                "recovery_s": recovery}, report, began, ks)
     assert zombie_exit in (None, 70), f"the woken worker exited {zombie_exit}:\n{zombie.tail()}"
-    assert stopped == [0] * len(alive)
+    assert (zombie_stop, heir_stop) in ((None, 0), (0, 0))
