@@ -13,6 +13,7 @@ from pathlib import Path
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient
 
+from workers.kafka_io import ranges_with_records
 from workers.partitioning import partition_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -134,21 +135,7 @@ class Lag:
                                          isolation_level="read_committed", check_crcs=False,
                                          max_partition_fetch_bytes=64 * 1024,
                                          fetch_max_wait_ms=20)
-        r = self._reader
-        r.assign(list(ranges))
-        for tp, (start, _) in ranges.items():
-            r.seek(tp, start)
-        pending, found = dict(ranges), set()
-        deadline = time.monotonic() + timeout
-        while pending and time.monotonic() < deadline:
-            for tp, recs in r.poll(timeout_ms=50, max_records=100).items():
-                if tp in pending and any(rec.offset < pending[tp][1] for rec in recs):
-                    found.add(tp)
-                    del pending[tp]  # (not paused: a paused partition's seek did not fetch)
-            for tp in list(pending):
-                if r.position(tp) >= pending[tp][1]:
-                    del pending[tp]
-        return found | set(pending)
+        return ranges_with_records(self._reader, ranges, timeout)
 
     def wait_zero(self, timeout: float, alive=lambda: True, interval: float = 0.1) -> float:
         """Wall time (time.time()) when lag was first seen at 0 (when that look began)."""

@@ -97,3 +97,24 @@ def read(ks: KafkaSettings, topic: str, *, partitions: Iterable[int] | None = No
                 break
     finally:
         c.close()
+
+
+def ranges_with_records(c: KafkaConsumer, ranges: dict[TopicPartition, tuple[int, int]],
+                        timeout: float = 5.0) -> set[TopicPartition]:
+    """The partitions whose offsets [start, end) hold a record, read by `c` (a read_committed
+    consumer): it skips transaction markers and aborted records, and its position reaches `end`
+    without a record when there is none. A range not read to its end within `timeout` (an open
+    transaction holds it at the last stable offset) counts as holding one."""
+    c.assign(list(ranges))
+    for tp, (start, _) in ranges.items():
+        c.seek(tp, start)
+    holding: set[TopicPartition] = set()
+    undecided = set(ranges)
+    deadline = time.monotonic() + timeout
+    while undecided and time.monotonic() < deadline:
+        for tp, recs in c.poll(timeout_ms=50, max_records=100).items():
+            if tp in undecided and any(r.offset < ranges[tp][1] for r in recs):
+                holding.add(tp)
+                undecided.discard(tp)
+        undecided = {tp for tp in undecided if c.position(tp) < ranges[tp][1]}
+    return holding | undecided

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kafka import KafkaConsumer, TopicPartition
 
+from workers.kafka_io import ranges_with_records
 from workers.settings import KafkaSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -147,30 +148,12 @@ def group_lag(bootstrap: str, group: str, topic: str) -> int | None:
         consumer.close()
 
 
-def _holding_records(bootstrap: str, ranges: dict[TopicPartition, tuple[int, int]],
-                     timeout: float = 5.0) -> set[TopicPartition]:
-    """The partitions whose range [start, end) holds a committed record, read as a
-    read_committed reader sees them: it skips markers and aborted records, and its position
-    reaches `end` without a record when there is none. A range it cannot read to its end
-    within `timeout` (an open transaction holds it at the last stable offset) counts as
-    holding one: not drained yet."""
+def _holding_records(bootstrap: str, ranges: dict[TopicPartition, tuple[int, int]]
+                     ) -> set[TopicPartition]:
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
                              enable_auto_commit=False, auto_offset_reset="earliest")
     try:
-        consumer.assign(list(ranges))
-        for tp, (start, _) in ranges.items():
-            consumer.seek(tp, start)
-        holding: set[TopicPartition] = set()
-        undecided = set(ranges)
-        deadline = time.monotonic() + timeout
-        while undecided and time.monotonic() < deadline:
-            for tp, recs in consumer.poll(timeout_ms=200).items():
-                if tp in undecided and any(r.offset < ranges[tp][1] for r in recs):
-                    holding.add(tp)
-                    undecided.discard(tp)
-                    consumer.pause(tp)
-            undecided = {tp for tp in undecided if consumer.position(tp) < ranges[tp][1]}
-        return holding | undecided
+        return ranges_with_records(consumer, ranges)
     finally:
         consumer.close()
 

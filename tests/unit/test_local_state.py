@@ -172,10 +172,11 @@ def test_a_store_another_process_holds_open_is_never_removed(tmp_path, caplog):
     tables = tmp_path / "tables"
     path = make_store(tables, 0, 99)
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import rocksdict, sys, time\n"
+        "import rocksdict, sys\n"
         f"db = rocksdict.Rdict({str(path)!r}, options=rocksdict.Options(raw_mode=True))\n"
         "print('open', flush=True)\n"
-        "time.sleep(60)\n")], stdout=subprocess.PIPE)
+        "sys.stdin.read()\n")],  # holds the store open until its stdin is closed
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert holder.stdout.readline() == b"open\n"
         with caplog.at_level(logging.WARNING, logger=LOG):
@@ -183,8 +184,8 @@ def test_a_store_another_process_holds_open_is_never_removed(tmp_path, caplog):
         assert path.exists()
         assert "is open in another process: not checked" in caplog.text
     finally:
-        holder.kill()
-        holder.wait()  # the process is gone, and with it its lock
+        holder.stdin.close()
+        holder.wait(timeout=30)  # the process is gone, and with it its lock
     assert prepare(tables, "sessions", changelog({0: 0})) == [0]  # once it is closed
 
 
