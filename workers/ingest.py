@@ -24,7 +24,7 @@ one batch (aiokafka keeps at most one fetch response per partition below that).
 from __future__ import annotations
 
 import asyncio
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -82,6 +82,10 @@ class Inbox:
                     consumer.on_buffer_full(tp)
                     self._full.add(tp)
         return rest
+
+    def pending(self) -> Counter[int]:
+        """Messages held per input partition (the lag gauge; read at a scrape, not per record)."""
+        return Counter(m.partition for m in self._items)
 
     async def take(self, max_items: int, linger_s: float) -> list[ConsumerMessage]:
         """At least one message; more if they arrive within `linger_s`, up to `max_items`."""

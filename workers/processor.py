@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -48,6 +49,8 @@ from faust.types import TP, ConsumerMessage
 
 from workers.batch_send import Record, send_all
 from workers.ingest import ChangelogEvent, ChangelogMessage, Inbox
+from workers.ops.health import Health
+from workers.ops.metrics import Metrics
 from workers.outputs import Source
 from workers.owner import Owner
 from workers.partitioning import murmur2
@@ -94,7 +97,10 @@ class Processor:
         new_producer: Callable[[], Any], clock: BatchClock, *, max_batch: int = 20_000,
         linger_s: float = 0.005, cache_size: int = 200_000,
         transactions: PartitionProducers | None = None, batch_stop_s: float = 15.0,
+        metrics: Metrics | None = None, health: Health | None = None,
     ) -> None:
+        self.metrics = metrics or Metrics()
+        self.health = health or Health(liveness_timeout_s=float("inf"))
         # exactly-once: each input partition's share of a batch in one transaction
         # (workers.transactions); None: at-least-once through one idempotent producer
         self.transactions = transactions
@@ -161,7 +167,11 @@ class Processor:
     async def _batch(self, messages: list) -> None:
         live, skipped = await self._admit(messages)
         if live:
-            await self._process(live)
+            began = time.monotonic()
+            self.health.batch_started()
+            dead, written = await self._process(live)
+            self.metrics.committed(self.owner.counts, len(live), began, dead, written)
+            self.health.batch_done()
         ack = self.app.consumer.ack  # what Message.ack ends in, without its refcount
         for m in live:
             ack(m)
@@ -240,13 +250,17 @@ class Processor:
             for tp in tps
         }
 
-    async def _process(self, messages: list) -> None:
+    async def _process(self, messages: list) -> tuple[list[str | None], list[float]]:
+        """Decide, commit and apply a batch; the dead letters' reasons and the broker timestamps
+        of the records that wrote entries (for the metrics)."""
         handle: Callable = self.owner.handle
         store = self.store
         names, counts = self.topic_names, self.topic_partitions
         by_partition: dict[int, list[Record]] = {}  # input partition -> its records' outputs
         next_offset: dict[int, int] = {}  # input partition -> the offset to commit
         source_name = self.source_name
+        dead: list[str | None] = []
+        written: list[float] = []
         self.clock.tick()
         wall = self.clock.now
         wall_s = wall.timestamp()
@@ -258,6 +272,12 @@ class Processor:
             store.partition = m.partition
             step = handle(Source(source_name, m.partition, m.offset, m.key, m.value), store, now)
             next_offset[m.partition] = m.offset + 1
+            outcome = step.outcome
+            if outcome == "written":
+                if ts is not None:
+                    written.append(ts)
+            elif outcome == "dead_letter":
+                dead.append(step.decided.error if step.decided else None)
             if step.sends:
                 sends = by_partition.setdefault(m.partition, [])
                 for o in step.sends:
@@ -276,11 +296,12 @@ class Processor:
         changelog = self.table.changelog_topic_name
         if self.transactions is not None:
             await self._commit_transactions(by_partition, next_offset, writes, changelog)
-            return
+            return dead, written
         await send_all(self.producer, [r for rs in by_partition.values() for r in rs])
         if writes:
             records = [(changelog, p, k, v, ()) for p, k, v in writes]
             self._apply(records, await send_all(self.producer, records))
+        return dead, written
 
     async def _commit_transactions(self, by_partition: dict[int, list[Record]],
                                    next_offset: dict[int, int], writes: list,

@@ -109,7 +109,9 @@ WORKER_ENV = {
     "TRANSCRIPT_STATE_DIR": "state_dir",
     "TRANSCRIPT_PARTITIONS": "partitions",
     "TRANSCRIPT_LOG_LEVEL": "log_level",
-    "TRANSCRIPT_WEB_PORT": "web_port",
+    "TRANSCRIPT_HTTP_HOST": "http_host",
+    "TRANSCRIPT_HTTP_PORT": "http_port",
+    "TRANSCRIPT_LIVENESS_TIMEOUT_S": "liveness_timeout_s",
     "TRANSCRIPT_SESSION_TIMEOUT_S": "session_timeout_s",
     "TRANSCRIPT_INSTANCE_ID": "instance_id",
     "TRANSCRIPT_MAX_BATCH": "max_batch",
@@ -132,7 +134,12 @@ class WorkerSettings(BaseModel):
     state_dir: str = "var/state"
     partitions: int = Field(default=8, ge=1)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    web_port: int | None = Field(default=None, ge=1, le=65535)
+    # README, "Operating": /livez /readyz /metrics; no port, no server (0: any free port)
+    http_host: str = Field(default="127.0.0.1", min_length=1, max_length=253,
+                           pattern=r"^[A-Za-z0-9.:_-]+$")
+    http_port: int | None = Field(default=None, ge=0, le=65535)
+    # /livez fails once a batch has been in flight this long (a stuck transaction or broker)
+    liveness_timeout_s: float = Field(default=120.0, ge=1.0, le=86400, allow_inf_nan=False)
     session_timeout_s: float = Field(default=10.0, ge=1.0)
     # group.instance.id (a pod name): one per worker process of the group, stable across restarts
     instance_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,249}$")

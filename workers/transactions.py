@@ -41,6 +41,7 @@ class PartitionProducers:
     def __init__(self, new_producer: Callable[[str], Any], group: str, input_topic: str) -> None:
         self.new_producer, self.group, self.input_topic = new_producer, group, input_topic
         self._producers: dict[int, Any] = {}
+        self.results = {"committed": 0, "aborted": 0}  # transactions so far (the metrics)
 
     @property
     def partitions(self) -> set[int]:
@@ -99,6 +100,7 @@ class PartitionProducers:
                 await producer.send_offsets_to_transaction(
                     {TopicPartition(self.input_topic, partition): next_offset}, self.group)
             await producer.commit_transaction()
+            self.results["committed"] += 1
         except Exception as exc:
             await self._abort(partition, producer)
             raise TransactionFailed(f"partition {partition}: the transaction did not commit: "
@@ -109,6 +111,7 @@ class PartitionProducers:
         return offsets
 
     async def _abort(self, partition: int, producer: Any) -> None:
+        self.results["aborted"] += 1
         try:
             await asyncio.wait_for(producer.abort_transaction(), 10)
         except Exception as exc:  # noqa: BLE001  (fenced or broken: the broker aborts it)

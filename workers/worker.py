@@ -21,6 +21,8 @@ from pathlib import Path
 
 from workers import local_state
 from workers.ingest import Inbox, input_topic, read_committed, scheduler_for
+from workers.ops.health import Health
+from workers.ops.metrics import Metrics
 from workers.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
 from workers.owner import Owner
 from workers.processor import EXIT_FATAL, BatchClock, Processor
@@ -121,7 +123,9 @@ def producer_factory(ks: KafkaSettings, app_id: str, transaction_timeout_s: floa
     return new_producer
 
 
-def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str, int]):
+def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str, int],
+              http_socket=None, metrics: Metrics | None = None):  # noqa: ANN001
+    """`http_socket`: a bound socket to serve /livez /readyz /metrics on."""
     import faust
 
     inbox = Inbox(ks.topic(CONFIRMATIONS), maxsize=2 * ws.max_batch)
@@ -143,9 +147,7 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         # static membership: a restart within the session timeout moves no partition
         consumer_group_instance_id=ws.instance_id,
         broker_heartbeat_interval=max(1.0, ws.session_timeout_s / 4),
-        web_enabled=ws.web_port is not None,
-        web_port=ws.web_port or 6066,
-        web_host="127.0.0.1",
+        web_enabled=False,  # the worker's own endpoints: workers.ops.http
         producer_acks=-1,
         broker_commit_interval=0.5,  # acked offsets are committed within half a second
         producer_max_request_size=4 * 1024 * 1024,
@@ -169,19 +171,30 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         partitions=ws.partitions, dedupe_window=timedelta(days=ws.dedupe_window_days), clock=clock,
     )
     new_producer = producer_factory(ks, app.conf.id, ws.transaction_timeout_s)
+    metrics, health = metrics or Metrics(), Health(ws.liveness_timeout_s)
+    health.attach(app)
     transactions = None
     if exactly_once:
         transactions = PartitionProducers(new_producer, app.conf.id, inbox.topic)
+        metrics.transactions = lambda: transactions.results
         on_assigned(app, ks, transactions, inbox.topic,
-                    local_state.changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS), sessions)
+                    local_state.changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS), sessions,
+                    metrics)
     processor = Processor(
         app, inbox, sessions, owner,
         {name: ks.topic(name) for name in (CONFIRMATIONS, ENTRIES, DIAGNOSTICS, DLQ)},
         topic_partitions, committed_offsets(ks, app.conf.id), new_producer,
         clock, max_batch=ws.max_batch, linger_s=ws.linger_ms / 1000,
         transactions=transactions, batch_stop_s=ws.shutdown_timeout_s / 2,
+        metrics=metrics, health=health,
     )
     app.task(processor.run)
+    if http_socket is not None:
+        from workers.ops.http import HttpService
+
+        app.add_dependency(HttpService(http_socket, health, metrics,
+                                       gauges_reader(app, inbox, sessions, health, metrics),
+                                       loop=app.loop))
 
     @app.timer(interval=10.0)
     async def report() -> None:
@@ -192,8 +205,45 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
     return app
 
 
+def gauges_reader(app, inbox: Inbox, table, health: Health, metrics: Metrics):  # noqa: ANN001, ANN201
+    """What /metrics reads at each scrape. Lag per input partition: the offsets the consumer
+    has not fetched (up to the high watermark it last saw), plus the fetched records no batch
+    has taken yet; a transaction marker is passed by the fetch, so it counts only until then."""
+
+    async def refresh() -> None:
+        g = metrics.gauges
+        metrics.rebalances = health.assignments
+        g.ready = health.readiness()[0]
+        g.restoring = health.phase == "restoring"
+        if app.should_stop or health.phase != "ready":
+            g.lag, g.state = {}, {}
+            return
+        consumer = app.consumer
+        tps = [tp for tp in consumer.assignment() if tp.topic == inbox.topic]
+        g.assigned = len(tps)
+        held = inbox.pending()
+        lag = {}
+        for tp in tps:
+            high, position = consumer.highwater(tp), await consumer.position(tp)
+            if high is not None and position is not None:
+                lag[tp.partition] = max(0, high - position) + held.get(tp.partition, 0)
+        g.lag = lag
+        dbs = getattr(table.data, "_dbs", {})  # only stores faust has open: never open one here
+        state = {}
+        for tp in tps:
+            db = dbs.get(tp.partition)
+            if db is not None:
+                state[tp.partition] = (
+                    db.property_int_value("rocksdb.estimate-num-keys") or 0,
+                    (db.property_int_value("rocksdb.total-sst-files-size") or 0)
+                    + (db.property_int_value("rocksdb.cur-size-all-mem-tables") or 0))
+        g.state = state
+
+    return refresh
+
+
 def on_assigned(app, ks: KafkaSettings, transactions: PartitionProducers, input_name: str,  # noqa: ANN001
-                changelog: str, table) -> None:  # noqa: ANN001
+                changelog: str, table, metrics: Metrics) -> None:  # noqa: ANN001
     """Exactly-once, at each assignment and before faust's table recovery: close the producers
     of the last generation, start those of the partitions assigned (fencing their last owners,
     whose open transactions abort), then bring their local state up to the changelog's end, which is
@@ -221,6 +271,7 @@ def on_assigned(app, ks: KafkaSettings, transactions: PartitionProducers, input_
             # faust's stores are the only holders again: a stop meanwhile clears them, and a
             # handle kept here would hold the RocksDB lock against their reopening
             del dbs
+            metrics.restored += applied
             log.info("assigned input partitions %s: producers ready in %.2fs, %d changelog "
                      "records applied in %.2fs", sorted(mine), fenced - began, applied,
                      time.monotonic() - fenced)
@@ -294,6 +345,15 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(loglevel=ws.log_level)  # as faust's Worker will: the checks below log alike
     kafka_log = logging.getLogger("kafka")  # the checks' clients: connection chatter at info
     kafka_log.setLevel(max(kafka_log.getEffectiveLevel(), logging.WARNING))
+    http_socket = None
+    if ws.http_port is not None:
+        from workers.ops.http import bind
+
+        try:
+            http_socket = bind(ws.http_host, ws.http_port)
+        except OSError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     try:
         counts = check_topics(ks, ws)
         if isinstance(counts, str):
@@ -302,7 +362,8 @@ def run(args: argparse.Namespace) -> int:
         from faust import Worker
         from faust.exceptions import ConsistencyError
 
-        app = build_app(ks, ws, counts)
+        metrics = Metrics()
+        app = build_app(ks, ws, counts, http_socket, metrics)
         tabledir = Path(app.conf.tabledir)
         tabledir.mkdir(parents=True, exist_ok=True)
         local_state.warn_legacy_layout(ws.state_dir, Path(app.conf.datadir))
@@ -311,7 +372,8 @@ def run(args: argparse.Namespace) -> int:
         local_state.prepare(tabledir, SESSIONS, observed)
         if os.environ.get("TRANSCRIPT_FAST_RESTORE", "1").strip().lower() not in (
                 "0", "false", "no", "off"):
-            local_state.fast_restore(ks, tabledir, SESSIONS, observed)  # never raises
+            metrics.restored += local_state.fast_restore(  # never raises
+                ks, tabledir, SESSIONS, observed) or 0
     except (local_state.LocalStateError, OSError) as exc:
         print(f"error: local state: {exc}", file=sys.stderr)
         return 2

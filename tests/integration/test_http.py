@@ -1,0 +1,168 @@
+"""The worker's HTTP endpoints on the real broker: readiness through a rebalance, metrics that
+match what a read_committed reader finds, liveness while the broker is frozen, a port in use."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import cli
+from tests.integration.harness import ROOT, group_of, poll_until, wait_drained, wait_members
+from workers.kafka_io import publish, read
+from workers.outputs import CONFIRMATIONS, DLQ, ENTRIES
+from workers.settings import kafka_settings
+from workers.synthetic import generate
+
+pytestmark = pytest.mark.kafka
+
+
+def free_port() -> int:
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        return s.getsockname()[1]
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    """(status, body); (0, reason) while nothing listens."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+        return 0, str(exc)
+
+
+def samples(port: int) -> dict[tuple[str, tuple], float]:
+    status, body = get(port, "/metrics")
+    assert status == 200, body
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(body) for s in f.samples}
+
+
+def total(found: dict, name: str, **labels: str) -> float:
+    want = set(labels.items())
+    return sum(v for (n, ls), v in found.items() if n == name and want <= set(ls))
+
+
+class Watcher:
+    """Polls /readyz in the background and keeps every (status, reason) it saw, in order."""
+
+    def __init__(self, port: int) -> None:
+        self.port, self.seen, self._stop = port, [], threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            status, body = get(self.port, "/readyz")
+            if status:
+                reason = json.loads(body)["reason"]
+                if not self.seen or self.seen[-1] != (status, reason):
+                    self.seen.append((status, reason))
+            self._stop.wait(0.02)
+
+    def stop(self) -> list[tuple[int, str]]:
+        self._stop.set()
+        self._thread.join()
+        return self.seen
+
+
+def test_ready_through_a_rebalance_and_metrics_equal_what_readers_find(env, workers):
+    ks = kafka_settings(env)
+    port_a, port_b = free_port(), free_port()
+    a = workers("a", TRANSCRIPT_HTTP_PORT=str(port_a))
+    watch_a = Watcher(port_a)
+    poll_until(lambda: get(port_a, "/readyz")[0] == 200, 90, [a], "worker a ready")
+    assert json.loads(get(port_a, "/livez")[1])["live"] is True
+
+    publish(ks, ks.topic(CONFIRMATIONS), generate(6000, seed=14), 8)
+    wait_drained(env["KAFKA_BOOTSTRAP"], group_of(env), ks.topic(CONFIRMATIONS), 120, [a])
+    b = workers("b", TRANSCRIPT_HTTP_PORT=str(port_b))
+    watch_b = Watcher(port_b)
+    wait_members(env["KAFKA_BOOTSTRAP"], group_of(env), 2, [a, b])
+    poll_until(lambda: get(port_a, "/readyz")[0] == 200 and get(port_b, "/readyz")[0] == 200,
+               90, [a, b], "both ready after the rebalance")
+    publish(ks, ks.topic(CONFIRMATIONS), generate(4000, seed=15), 8)
+    wait_drained(env["KAFKA_BOOTSTRAP"], group_of(env), ks.topic(CONFIRMATIONS), 120, [a, b])
+    seen_a, seen_b = watch_a.stop(), watch_b.stop()
+
+    # a: unready until assigned, ready, unready in the rebalance, ready again
+    assert seen_a[0][0] == 503 and seen_a[-1] == (200, "processing"), seen_a
+    statuses = [s for s, _ in seen_a]
+    first_ready = statuses.index(200)
+    assert 503 in statuses[first_ready:], seen_a  # the rebalance was seen
+    # b answered before the group had assigned it anything, with a reason
+    assert seen_b[0][0] == 503 and seen_b[-1][0] == 200, seen_b
+
+    entries = sum(1 for _ in read(ks, ks.topic(ENTRIES)))
+    dead = sum(1 for _ in read(ks, ks.topic(DLQ)))
+    metrics = [samples(port_a), samples(port_b)]
+    written = sum(total(m, "transcript_owner_records_total", outcome="written") for m in metrics)
+    # a's counts include what it wrote before b joined: together they wrote every entry once
+    assert written == entries > 0
+    assert sum(total(m, "transcript_owner_dead_letters_total") for m in metrics) == dead > 0
+    assert sum(total(m, "transcript_owner_records_total", outcome="dead_letter")
+               for m in metrics) == dead
+    for m in metrics:
+        assert total(m, "transcript_owner_assigned_partitions") == 4
+        assert total(m, "transcript_owner_ready") == 1
+        lags = {dict(ls)["partition"]: v for (n, ls), v in m.items()
+                if n == "transcript_owner_consumer_lag"}
+        assert len(lags) == 4 and sum(lags.values()) == 0, lags
+        assert total(m, "transcript_owner_transactions_total", result="committed") > 0
+        assert total(m, "transcript_owner_transactions_total", result="aborted") == 0
+        assert total(m, "transcript_owner_state_keys") > 0
+    assert total(metrics[0], "transcript_owner_rebalances_total") >= 2
+    assert a.stop() == 0 and b.stop() == 0
+
+
+def _broker_pid() -> int:
+    data = Path(os.environ.get("KAFKA_DATA_DIR", ROOT / "var/kafka"))
+    return int((data / "kafka.pid").read_text().split()[0])
+
+
+def test_livez_fails_while_a_batch_cannot_commit_and_recovers(env, workers):
+    """A frozen broker holds the batch in flight: /livez turns 503 past the liveness timeout
+    (a supervisor would restart the worker), and 200 again once the broker answers."""
+    ks = kafka_settings(env)
+    port = free_port()
+    w = workers("w", TRANSCRIPT_HTTP_PORT=str(port), TRANSCRIPT_LIVENESS_TIMEOUT_S="2",
+                TRANSCRIPT_MAX_BATCH="2000")
+    poll_until(lambda: get(port, "/readyz")[0] == 200, 90, [w], "ready")
+    publish(ks, ks.topic(CONFIRMATIONS), generate(40_000, seed=16), 8)
+    poll_until(lambda: total(samples(port), "transcript_owner_batch_records_count") > 0, 60, [w],
+               "a batch committed")
+    pid = _broker_pid()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 30
+        while (status := get(port, "/livez"))[0] != 503:
+            assert time.monotonic() < deadline, f"/livez stayed {status}\n{w.tail()}"
+            time.sleep(0.1)
+        assert "in flight" in json.loads(status[1])["reason"]
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    poll_until(lambda: get(port, "/livez")[0] == 200, 60, [w], "live again")
+    wait_drained(env["KAFKA_BOOTSTRAP"], group_of(env), ks.topic(CONFIRMATIONS), 180, [w])
+    assert total(samples(port), "transcript_owner_transactions_total", result="aborted") == 0
+    assert w.stop() == 0
+
+
+def test_a_port_in_use_is_refused_at_start(env, topics):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        done = cli("worker", env=dict(env, TRANSCRIPT_HTTP_PORT=str(port)), timeout=60)
+    assert done.returncode == 2
+    err = done.stderr.decode()
+    assert f"127.0.0.1:{port}" in err and "TRANSCRIPT_HTTP_PORT" in err
+    assert "Traceback" not in err
