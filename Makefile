@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install kafka-up kafka-down kafka-status topics topics-check test test-unit faults run demo bench schemas lint clean
+.PHONY: help install kafka-up kafka-down kafka-status topics topics-check prometheus-tool test test-unit faults run demo bench schemas lint clean
 
 help:
 	@echo "make run        venv + local Kafka + topics + the worker in the foreground"
@@ -36,6 +36,10 @@ kafka-down:
 kafka-status:
 	deploy/local/kafka-status.sh
 
+# the prometheus binary for tests/integration/test_prometheus.py (Debian's package; no service)
+prometheus-tool:
+	deploy/local/prometheus-tool.sh
+
 topics: install kafka-up
 	$(PY) -m workers topics apply
 
@@ -51,7 +55,7 @@ lint: install
 test-unit: install
 	$(PY) -m pytest tests/unit -q
 
-test: install kafka-up
+test: install kafka-up prometheus-tool
 	$(PY) -m pytest -q
 
 faults: install kafka-up

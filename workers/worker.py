@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import logging
 import os
-import ssl
 import sys
 import threading
 import time
@@ -44,19 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = "Configured by the environment; see README, 'Configuration'."
 
 
-def ssl_context(ks: KafkaSettings) -> ssl.SSLContext | None:
-    if not ks.security_protocol.endswith("SSL"):
-        return None
-    context = ssl.create_default_context(cafile=ks.ssl_cafile)
-    if ks.ssl_certfile:
-        context.load_cert_chain(ks.ssl_certfile, ks.ssl_keyfile)
-    return context
-
-
 def credentials(ks: KafkaSettings):
+    """faust's consumer and producer: the TLS context and SASL settings of every client
+    (KafkaSettings.ssl_context, kafka_python_kwargs)."""
     import faust
 
-    context = ssl_context(ks)
+    context = ks.ssl_context()
     if ks.security_protocol.startswith("SASL"):
         return faust.SASLCredentials(
             username=ks.sasl_username,
@@ -105,15 +97,9 @@ def producer_factory(ks: KafkaSettings, app_id: str, transaction_timeout_s: floa
     def new_producer(transactional_id: str | None = None):  # noqa: ANN202  (on the running loop)
         from aiokafka import AIOKafkaProducer
 
-        sasl = {}
-        if ks.security_protocol.startswith("SASL"):
-            sasl = dict(sasl_mechanism=ks.sasl_mechanism or "PLAIN",
-                        sasl_plain_username=ks.sasl_username,
-                        sasl_plain_password=ks.sasl_password.get_secret_value()
-                        if ks.sasl_password else None)
+        # the connection (bootstrap, TLS context, SASL) exactly as every kafka-python client's
         return AIOKafkaProducer(
-            bootstrap_servers=ks.bootstrap.split(","), client_id=f"{app_id}-outputs",
-            security_protocol=ks.security_protocol, ssl_context=ssl_context(ks), **sasl,
+            **ks.kafka_python_kwargs(), client_id=f"{app_id}-outputs",
             acks="all", enable_idempotence=True, max_batch_size=1024 * 1024,
             max_request_size=4 * 1024 * 1024, linger_ms=0,
             transactional_id=transactional_id,
@@ -216,8 +202,7 @@ def gauges_reader(app, inbox: Inbox, table, health: Health, metrics: Metrics):  
         g.ready = health.readiness()[0]
         g.restoring = health.phase == "restoring"
         if app.should_stop or health.phase != "ready":
-            g.lag, g.state = {}, {}
-            return
+            return  # lag and state keep their last values: the consumer is being reassigned
         consumer = app.consumer
         tps = [tp for tp in consumer.assignment() if tp.topic == inbox.topic]
         g.assigned = len(tps)

@@ -173,7 +173,8 @@ class _Collector:
             dead.add_metric([reason], m.dead_letters.get(reason, 0))
         yield dead
         lag = GaugeMetricFamily(f"{PREFIX}consumer_lag", "Input records not yet processed, per "
-                                "assigned input partition", labels=["partition"])
+                                "assigned input partition (while not ready: as last read)",
+                                labels=["partition"])
         for partition, behind in sorted(g.lag.items()):
             lag.add_metric([str(partition)], behind)
         yield lag
