@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install kafka-up kafka-down kafka-status topics topics-check prometheus-tool test test-unit faults run demo bench schemas lint clean
+.PHONY: help install kafka-up kafka-down kafka-status topics topics-check prometheus-tool image image-tools test test-unit faults run demo bench schemas lint clean
 
 help:
 	@echo "make run        venv + local Kafka + topics + the worker in the foreground"
@@ -16,6 +16,7 @@ help:
 	@echo "make faults     only the fault suite (kill -9, restarts, rebalances; minutes): var/faults/"
 	@echo "make demo       publish a scenario covering every rule; print transcripts (beside make run)"
 	@echo "make bench      throughput and latency side by side with raw Kafka and faust baselines"
+	@echo "make image      the OCI image (buildah, Debian base by mmdebstrap): localhost/transcript-owner"
 	@echo "make kafka-up | kafka-down | topics | schemas | lint"
 
 $(STAMP): pyproject.toml
@@ -40,6 +41,14 @@ kafka-status:
 prometheus-tool:
 	deploy/local/prometheus-tool.sh
 
+# buildah and mmdebstrap (Debian's packages) when missing; tests/deploy/test_image.py runs `make image`
+image-tools:
+	deploy/container/image-tools.sh
+
+# deploy/container/Containerfile on a bookworm base made once by mmdebstrap (BASE=… to use another)
+image: image-tools
+	deploy/container/build-image.sh
+
 topics: install kafka-up
 	$(PY) -m workers topics apply
 
@@ -51,6 +60,13 @@ schemas: install
 
 lint: install
 	$(VENV)/bin/ruff check workers schemas tests
+
+# both kustomize overlays rendered and checked by deploy/k8s/validate (kubectl and go; no cluster)
+.PHONY: k8s-check
+k8s-check:
+	cd deploy/k8s/validate && GOTOOLCHAIN=local go build -o ../../../var/k8s-validate .
+	kubectl kustomize deploy/k8s/overlays/dev | var/k8s-validate
+	kubectl kustomize deploy/k8s/overlays/production | var/k8s-validate -production
 
 test-unit: install
 	$(PY) -m pytest tests/unit -q
