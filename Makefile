@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help install kafka-up kafka-down kafka-status topics topics-check prometheus-tool image image-tools test test-unit faults run demo bench schemas lint clean
+.PHONY: help install kafka-up kafka-down kafka-status kafka-up-secure kafka-down-secure topics topics-check prometheus-tool image image-tools test test-unit faults run demo bench schemas lint clean
 
 help:
 	@echo "make run        venv + local Kafka + topics + the worker in the foreground"
@@ -17,6 +17,8 @@ help:
 	@echo "make demo       publish a scenario covering every rule; print transcripts (beside make run)"
 	@echo "make bench      throughput and latency side by side with raw Kafka and faust baselines"
 	@echo "make image      the OCI image (buildah, Debian base by mmdebstrap): localhost/transcript-owner"
+	@echo "make kafka-up-secure  a second local broker: SASL_SSL + SCRAM + ACLs on 127.0.0.1:9192;"
+	@echo "                 one env file per principal in var/kafka/secure/ (make kafka-down-secure)"
 	@echo "make kafka-up | kafka-down | topics | schemas | lint"
 
 $(STAMP): pyproject.toml
@@ -36,6 +38,13 @@ kafka-down:
 
 kafka-status:
 	deploy/local/kafka-status.sh
+
+# the secured broker (SASL_SSL, SCRAM-SHA-512, StandardAuthorizer): var/kafka/secure/<user>.env
+kafka-up-secure:
+	deploy/local/kafka-up-secure.sh
+
+kafka-down-secure:
+	deploy/local/kafka-down-secure.sh
 
 # the prometheus binary for tests/integration/test_prometheus.py (Debian's package; no service)
 prometheus-tool:
@@ -71,7 +80,7 @@ k8s-check:
 test-unit: install
 	$(PY) -m pytest tests/unit -q
 
-test: install kafka-up prometheus-tool
+test: install kafka-up prometheus-tool kafka-up-secure
 	$(PY) -m pytest -q
 
 faults: install kafka-up

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 
+from workers.kafka_auth import check_access
 from workers.partitioning import partition_for
 from workers.settings import KafkaSettings
 
@@ -18,6 +19,7 @@ from workers.settings import KafkaSettings
 def producer(ks: KafkaSettings, **overrides) -> KafkaProducer:
     options = dict(acks="all", linger_ms=5, max_request_size=4 * 1024 * 1024)
     options.update(overrides)
+    check_access(ks)
     return KafkaProducer(**ks.kafka_python_kwargs(), **options)
 
 
@@ -28,6 +30,7 @@ def consumer(ks: KafkaSettings, **overrides) -> KafkaConsumer:
         max_partition_fetch_bytes=4 * 1024 * 1024,
     )
     options.update(overrides)
+    check_access(ks)
     return KafkaConsumer(**ks.kafka_python_kwargs(), **options)
 
 

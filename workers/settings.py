@@ -1,11 +1,16 @@
 """Settings read once from the environment, validated at start with errors that name the variable.
 
 Secrets (SASL password) are `SecretStr`: masked whenever the settings are printed or logged.
+TLS has one configuration path: `KafkaSettings.ssl_context()`, which every client gets (kafka-python
+through `kafka_python_kwargs()`, the worker's aiokafka producers and faust through the same), and
+which `kafka_settings()` builds once at start so that an unusable CA, certificate or key file stops
+the command with the variable named.
 """
 
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar
 
@@ -67,8 +72,21 @@ class KafkaSettings(BaseModel):
         """The cluster name of a logical topic (prefix applied)."""
         return f"{self.topic_prefix}{name}"
 
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context of every client, or None without TLS (PLAINTEXT, SASL_PLAINTEXT).
+
+        The broker's certificate is verified against KAFKA_SSL_CAFILE (else the system's trust
+        store) and its name or IP against the bootstrap host; KAFKA_SSL_CERTFILE and
+        KAFKA_SSL_KEYFILE are the client's own certificate (mutual TLS). A new context each call,
+        so a client made later reads the files as they are then. Raises SettingsError naming the
+        variable whose file is missing, unreadable or not PEM."""
+        if not self.security_protocol.endswith("SSL"):
+            return None
+        return _tls_context(self.ssl_cafile, self.ssl_certfile, self.ssl_keyfile)
+
     def kafka_python_kwargs(self) -> dict[str, Any]:
-        """Connection settings for kafka-python clients (admin, producer, consumer)."""
+        """Connection settings for kafka-python clients (admin, producer, consumer); aiokafka
+        takes the same keywords (the worker's producers)."""
         kwargs: dict[str, Any] = {
             "bootstrap_servers": self.bootstrap.split(","),
             "security_protocol": self.security_protocol,
@@ -82,12 +100,71 @@ class KafkaSettings(BaseModel):
                 ),
             )
         if self.security_protocol.endswith("SSL"):
-            kwargs.update(
-                ssl_cafile=self.ssl_cafile,
-                ssl_certfile=self.ssl_certfile,
-                ssl_keyfile=self.ssl_keyfile,
-            )
+            kwargs["ssl_context"] = self.ssl_context()
         return kwargs
+
+
+def _tls_context(cafile: str | None, certfile: str | None,
+                 keyfile: str | None) -> ssl.SSLContext:
+    """A client context (TLS 1.2+, the broker's certificate and host name checked) from PEM
+    files; SettingsError names the variable of a file that cannot serve."""
+    if cafile:  # then only it is trusted, as kafka-python and aiokafka do with a CA file
+        _pem_file("KAFKA_SSL_CAFILE", cafile, "CERTIFICATE")
+        try:
+            context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cafile)
+        except (ssl.SSLError, OSError) as exc:
+            raise SettingsError(f"KAFKA_SSL_CAFILE: {cafile} holds no usable CA certificate "
+                                f"({_reason(exc)})") from None
+    else:
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)  # the system's CAs
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if keyfile and not certfile:
+        raise SettingsError("KAFKA_SSL_KEYFILE is set without KAFKA_SSL_CERTFILE")
+    if certfile:
+        _pem_file("KAFKA_SSL_CERTFILE", certfile, "CERTIFICATE")
+        key_var, key_path = ("KAFKA_SSL_KEYFILE", keyfile) if keyfile else (
+            "KAFKA_SSL_CERTFILE", certfile)
+        text = _pem_file(key_var, key_path, "PRIVATE KEY")
+        if "ENCRYPTED" in text:
+            raise SettingsError(f"{key_var}: {key_path}: the private key is encrypted; "
+                                "an unencrypted PEM key is expected")
+        try:
+            context.load_cert_chain(certfile, keyfile, password=_no_password)
+        except (ssl.SSLError, OSError) as exc:
+            raise SettingsError(f"KAFKA_SSL_CERTFILE/KAFKA_SSL_KEYFILE: {certfile} and "
+                                f"{key_path} are not a usable certificate and key "
+                                f"({_reason(exc)})") from None
+    return context
+
+
+def _pem_file(var: str, path: str, block: str) -> str:
+    """The text of `path`, which must be a readable file holding a PEM `block`
+    (CERTIFICATE, or PRIVATE KEY of any kind)."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            text = f.read(1 << 20)
+    except FileNotFoundError:
+        raise SettingsError(f"{var}: {path} does not exist") from None
+    except IsADirectoryError:
+        raise SettingsError(f"{var}: {path} is a directory, not a PEM file") from None
+    except OSError as exc:
+        raise SettingsError(f"{var}: {path} is not readable ({exc.strerror})") from None
+    if not any(line.startswith("-----BEGIN ") and line.rstrip().endswith(f"{block}-----")
+               for line in text.splitlines()):
+        kind = "a certificate" if block == "CERTIFICATE" else "a private key"
+        raise SettingsError(f"{var}: {path} is not PEM holding {kind} "
+                            f"(no '-----BEGIN …{block}-----' line)")
+    return text
+
+
+def _no_password() -> bytes:
+    """load_cert_chain's password callback: never a prompt on the terminal."""
+    raise SettingsError("KAFKA_SSL_KEYFILE: the private key is encrypted; "
+                        "an unencrypted PEM key is expected")
+
+
+def _reason(exc: BaseException) -> str:
+    return getattr(exc, "reason", None) or getattr(exc, "strerror", None) or str(exc)
 
 
 def kafka_settings(environ: Mapping[str, str] | None = None) -> KafkaSettings:
@@ -100,6 +177,13 @@ def kafka_settings(environ: Mapping[str, str] | None = None) -> KafkaSettings:
             "KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD are required with "
             f"KAFKA_SECURITY_PROTOCOL={settings.security_protocol}"
         )
+    tls_files = [var for var, field in ENV.items()
+                 if field.startswith("ssl_") and getattr(settings, field)]
+    if tls_files and not settings.security_protocol.endswith("SSL"):
+        raise SettingsError(
+            f"{', '.join(tls_files)} set, but KAFKA_SECURITY_PROTOCOL="
+            f"{settings.security_protocol} uses no TLS (SSL or SASL_SSL would)")
+    settings.ssl_context()  # built once at start: an unusable file stops here, named
     return settings
 
 

@@ -1,12 +1,28 @@
-"""topics.yaml as data, and the pure comparison of declared topics with what a cluster has.
+"""topics.yaml as data, and the pure comparison of declared topics and ACLs with a cluster's.
 
 `topics_cli` is the shell that asks the cluster; everything that decides lives here so that
 drift rules are tested without a broker.
+
+ACLs (the file's `acls:` section): each entry is a principal (a SASL user, `User:<name>`) and
+what it may do on the deployment's topics, consumer groups, transactional ids and the cluster.
+Names follow the topics' rules: `{app_id}` filled in, TRANSCRIPT_TOPIC_PREFIX applied. A topic
+is a key of `topics:`, bound as a LITERAL pattern on its prefixed name; a group or
+transactional id ending in `*` is a PREFIXED pattern (the rest of the name), else LITERAL.
+Every binding allows, from any host. The principal's user name is `principal:` (default: the
+entry's key), overridden by TRANSCRIPT_ACL_<KEY>_PRINCIPAL.
+
+Drift: a declared binding the cluster lacks is `missing` (`apply` creates it). A binding the
+cluster has on one of the deployment's resources (every topic of the file, every group and
+transactional id of `acls:`, the cluster if `acls:` names it) that the file does not declare is
+`extra`, however it matches (literal, a prefix, `*`) and whether it allows or denies: `check`
+reports it, and `apply` leaves it in place and says so, since removing access is a decision for
+an operator (it may belong to another tool), like changing a partition count.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -14,7 +30,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from workers.settings import WorkerSettings
+from workers.settings import SettingsError, WorkerSettings
 
 DEFAULT_APP_ID: str = WorkerSettings.model_fields["app_id"].default
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
@@ -38,10 +54,28 @@ class _Defaults(BaseModel):
     replication_factor: int = Field(default=1, ge=1)
 
 
+TopicOperation = Literal["Read", "Write", "Create", "Delete", "Alter", "Describe",
+                         "DescribeConfigs", "AlterConfigs", "All"]
+GroupOperation = Literal["Read", "Describe", "Delete", "All"]
+TransactionalIdOperation = Literal["Write", "Describe", "All"]
+ClusterOperation = Literal["Create", "Alter", "Describe", "ClusterAction", "DescribeConfigs",
+                           "AlterConfigs", "IdempotentWrite", "All"]
+
+
+class _AclDecl(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    principal: str | None = Field(default=None, min_length=1, max_length=255)
+    topics: dict[str, list[TopicOperation]] = {}
+    groups: dict[str, list[GroupOperation]] = {}
+    transactional_ids: dict[str, list[TransactionalIdOperation]] = {}
+    cluster: list[ClusterOperation] = []
+
+
 class _File(BaseModel):
     model_config = ConfigDict(extra="forbid")
     defaults: _Defaults = _Defaults()
     topics: dict[str, _TopicDecl]
+    acls: dict[str, _AclDecl] = {}
 
 
 @dataclass(frozen=True)
@@ -59,6 +93,10 @@ class TopicSpec:
 def _line_of(node: yaml.Node, loc: tuple[Any, ...]) -> int:
     """1-based line of the deepest YAML node on the pydantic error path."""
     for key in loc:
+        if isinstance(node, yaml.SequenceNode) and isinstance(key, int) \
+                and 0 <= key < len(node.value):
+            node = node.value[key]
+            continue
         if not isinstance(node, yaml.MappingNode):
             break
         for k, v in node.value:
@@ -110,12 +148,7 @@ def _cluster_name(path: Path, node: yaml.Node, name: str, prefix: str, app_id: s
     return full
 
 
-def load_topics(
-    path: Path, prefix: str = "", replication_factor: int | None = None,
-    app_id: str = DEFAULT_APP_ID,
-) -> list[TopicSpec]:
-    """Parse topics.yaml; `replication_factor` (from the environment) overrides the file's, and
-    `app_id` (TRANSCRIPT_APP_ID) fills `{app_id}` in topic names."""
+def _parse(path: Path) -> tuple[yaml.Node, _File]:
     try:
         text = path.read_text(encoding="utf-8")
         node = yaml.compose(text)
@@ -135,6 +168,16 @@ def load_topics(
         field_path = ".".join(str(p) for p in err["loc"])
         line = _line_of(node, tuple(err["loc"]))
         raise TopicsFileError(f"{path}:{line}: {field_path}: {err['msg']}") from None
+    return node, parsed
+
+
+def load_topics(
+    path: Path, prefix: str = "", replication_factor: int | None = None,
+    app_id: str = DEFAULT_APP_ID,
+) -> list[TopicSpec]:
+    """Parse topics.yaml; `replication_factor` (from the environment) overrides the file's, and
+    `app_id` (TRANSCRIPT_APP_ID) fills `{app_id}` in topic names."""
+    node, parsed = _parse(path)
     specs = []
     for name, decl in parsed.topics.items():
         rf = replication_factor or decl.replication_factor or parsed.defaults.replication_factor
@@ -214,6 +257,177 @@ def compare(specs: list[TopicSpec], observed: dict[str, ObservedTopic]) -> Plan:
                 plan.drift.append(Drift(spec.name, "config", key, value, actual or "(unset)", True))
                 plan.alter.setdefault(spec.name, {})[key] = value
     return plan
+
+
+# ---- ACLs ----------------------------------------------------------------------------------
+
+ResourceKind = Literal["topic", "group", "transactional_id", "cluster"]
+CLUSTER_RESOURCE = "kafka-cluster"  # the one name of Kafka's cluster resource
+_ROLE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_RESOURCE_LABEL = {"topic": "topic", "group": "group", "transactional_id": "transactional-id",
+                   "cluster": "cluster"}
+
+
+@dataclass(frozen=True, order=True)
+class AclBinding:
+    """One ACL binding, in topics.yaml's words (operations as the file spells them)."""
+
+    resource: str  # ResourceKind, or what the cluster reports for other kinds
+    name: str  # cluster name, prefix applied; without the `*` of a prefixed pattern
+    pattern: str  # "literal" | "prefixed"
+    principal: str  # "User:worker"
+    operation: str  # "Read", "Write", "IdempotentWrite", …
+    permission: str = "allow"  # "allow" | "deny"
+    host: str = "*"
+
+    @property
+    def resource_label(self) -> str:
+        kind = _RESOURCE_LABEL.get(self.resource, self.resource)
+        if self.resource == "cluster":
+            return kind
+        return f"{kind} {self.name}{'*' if self.pattern == 'prefixed' else ''}"
+
+
+@dataclass(frozen=True)
+class Acls:
+    bindings: tuple[AclBinding, ...]  # what topics.yaml declares
+    # the deployment's resources, (kind, name, pattern): every binding the cluster has on one
+    # of them (however it matches) is compared with `bindings`
+    resources: tuple[tuple[str, str, str], ...]
+    principals: tuple[tuple[str, str], ...]  # (key in acls:, principal)
+
+
+def principal_env(role: str) -> str:
+    """The variable that overrides the principal of acls.<role>."""
+    return f"TRANSCRIPT_ACL_{role.upper()}_PRINCIPAL"
+
+
+def _principal(value: str) -> str:
+    """`User:<name>` from `<name>` or `User:<name>`; ValueError says what is wrong."""
+    if value != value.strip() or not value:
+        raise ValueError("empty, or with leading or trailing blanks")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError("holds a control character")
+    kind, sep, name = value.partition(":")
+    if not sep:
+        kind, name = "User", value
+    if kind != "User":
+        raise ValueError(f"{value!r}: only User principals (User:<name>, or just the name)")
+    if not name or len(name) > 255:
+        raise ValueError(f"{value!r}: the user name must be 1..255 characters")
+    return f"User:{name}"
+
+
+def _key_node(node: yaml.Node, *path: str) -> yaml.Node | None:
+    """The key node at `path` (mapping keys), for error lines."""
+    found = None
+    for key in path:
+        if not isinstance(node, yaml.MappingNode):
+            return found
+        for k, v in node.value:
+            if k.value == key:
+                found, node = k, v
+                break
+        else:
+            return found
+    return found
+
+
+def load_acls(path: Path, prefix: str = "", app_id: str = DEFAULT_APP_ID,
+              environ: Mapping[str, str] | None = None) -> Acls:
+    """The `acls:` section of topics.yaml as bindings on cluster names. `environ` may
+    override principals (TRANSCRIPT_ACL_<KEY>_PRINCIPAL): a bad value is a SettingsError naming
+    the variable; a bad file, a TopicsFileError naming file, line and field."""
+    node, parsed = _parse(path)
+    env = environ or {}
+
+    def fail(where: tuple[str, ...], message: str) -> TopicsFileError:
+        key = _key_node(node, *where)
+        line = key.start_mark.line + 1 if key is not None else 1
+        return TopicsFileError(f"{path}:{line}: {'.'.join(where)}: {message}")
+
+    def name_of(where: tuple[str, ...], raw: str, kind: str) -> tuple[str, str]:
+        pattern = "literal"
+        if kind != "topic" and raw.endswith("*"):
+            raw, pattern = raw[:-1], "prefixed"
+
+        def fill(match: re.Match) -> str:
+            if match.group(1) != "app_id":
+                raise fail(where, f"unknown placeholder {match.group(0)} (known: {{app_id}})")
+            return app_id
+
+        full = prefix + _PLACEHOLDER.sub(fill, raw)
+        if not _KAFKA_NAME.match(full):
+            raise fail(where, f"{full!r} is not a valid {kind.replace('_', ' ')} name "
+                              "(1..249 of A-Z a-z 0-9 . _ -, then a `*` for a prefix)")
+        return full, pattern
+
+    topic_names = {raw: _cluster_name(path, node, raw, prefix, app_id) for raw in parsed.topics}
+    bindings: set[AclBinding] = set()
+    resources: dict[tuple[str, str, str], None] = {
+        ("topic", name, "literal"): None for name in topic_names.values()}
+    principals = []
+    for role, decl in parsed.acls.items():
+        if not _ROLE.match(role):
+            raise fail(("acls", role), "a principal's key is 1..64 of a-z 0-9 _, starting with a "
+                                       f"letter (it names {principal_env('<key>')})")
+        var = principal_env(role)
+        if env.get(var, "") != "":
+            try:
+                principal = _principal(env[var])
+            except ValueError as exc:
+                raise SettingsError(f"{var}: {exc}") from None
+        else:
+            try:
+                principal = _principal(decl.principal or role)
+            except ValueError as exc:
+                raise fail(("acls", role, "principal"), str(exc)) from None
+        principals.append((role, principal))
+        for raw, operations in decl.topics.items():
+            if raw not in topic_names:
+                raise fail(("acls", role, "topics", raw),
+                           "not a topic of this file (a key of `topics:`)")
+            for op in operations:
+                bindings.add(AclBinding("topic", topic_names[raw], "literal", principal, op))
+        for kind, entries in (("group", decl.groups),
+                              ("transactional_id", decl.transactional_ids)):
+            section = "groups" if kind == "group" else "transactional_ids"
+            for raw, operations in entries.items():
+                name, pattern = name_of(("acls", role, section, raw), raw, kind)
+                resources[(kind, name, pattern)] = None
+                for op in operations:
+                    bindings.add(AclBinding(kind, name, pattern, principal, op))
+        if decl.cluster:
+            resources[("cluster", CLUSTER_RESOURCE, "literal")] = None
+            for op in decl.cluster:
+                bindings.add(AclBinding("cluster", CLUSTER_RESOURCE, "literal", principal, op))
+    return Acls(tuple(sorted(bindings)), tuple(resources), tuple(principals))
+
+
+@dataclass
+class AclPlan:
+    create: list[AclBinding] = field(default_factory=list)  # declared, absent: `apply` adds
+    extra: list[AclBinding] = field(default_factory=list)  # present, undeclared: left alone
+
+    @property
+    def drift(self) -> bool:
+        return bool(self.create or self.extra)
+
+
+def compare_acls(declared: Acls, observed: set[AclBinding] | list[AclBinding]) -> AclPlan:
+    """What differs between the declared bindings and those the cluster has on the
+    deployment's resources (`observed`, as `topics_cli.observe_acls` reads them)."""
+    have, want = set(observed), set(declared.bindings)
+    return AclPlan(create=sorted(want - have), extra=sorted(have - want))
+
+
+def acl_table(plan: AclPlan) -> str:
+    rows = [(b.resource_label, b.principal, b.operation, b.permission, "absent")
+            for b in plan.create]
+    rows += [(b.resource_label, b.principal, b.operation, "(none)",
+              b.permission + ("" if b.host == "*" else f" from {b.host}"))
+             for b in plan.extra]
+    return format_table(rows, ("acl on", "principal", "operation", "topics.yaml", "cluster"))
 
 
 def format_table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:

@@ -124,6 +124,9 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         datadir=local_state.deployment_dir(ws.state_dir, ks.topic_prefix, ws.app_id),
         topic_partitions=ws.partitions,
         topic_replication_factor=ks.replication_factor or 1,
+        # every topic is declared in topics.yaml and checked before faust starts (check_topics):
+        # faust creates none, so the worker's principal needs no Create ACL
+        topic_allow_declare=False,
         consumer_auto_offset_reset="earliest",
         # no standby replicas: a standby applies changelog records behind faust's recovery,
         # which the exactly-once top-up (on_assigned) would race with; a partition that moves
@@ -312,6 +315,10 @@ def check_topics(ks: KafkaSettings, ws: WorkerSettings) -> dict[str, int] | str:
                      changelog):
             parts = consumer.partitions_for_topic(name)
             if not parts:
+                if ks.sasl_username:  # with ACLs, a topic one may not Describe looks absent
+                    return (f"topic {name} does not exist, or KAFKA_SASL_USERNAME="
+                            f"{ks.sasl_username!r} may not describe it: run `transcript-owner "
+                            "topics apply` as an admin (topics.yaml: topics and acls)")
                 return f"topic {name} does not exist: run `transcript-owner topics apply`"
             if name in (ks.topic(CONFIRMATIONS), ks.topic(ENTRIES), changelog) \
                     and len(parts) != ws.partitions:
@@ -325,6 +332,9 @@ def check_topics(ks: KafkaSettings, ws: WorkerSettings) -> dict[str, int] | str:
 
 def run(args: argparse.Namespace) -> int:
     ks, ws = kafka_settings(), worker_settings()  # a SettingsError is reported by the CLI (exit 2)
+    from workers.kafka_auth import check_access
+
+    check_access(ks)  # credentials or certificate refused: a SettingsError too, named
     from mode.utils.logging import setup_logging
 
     setup_logging(loglevel=ws.log_level)  # as faust's Worker will: the checks below log alike

@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Shared by kafka-up.sh, kafka-down.sh and kafka-status.sh (sourced, not run).
+# Shared by kafka-up.sh, kafka-down.sh, kafka-status.sh and the secured broker's
+# kafka-up-secure.sh / kafka-down-secure.sh (sourced, not run).
 
 KAFKA_LOCAL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$KAFKA_LOCAL_DIR/../.." && pwd)"
@@ -169,3 +170,38 @@ running_slots() {
 slot_port() { if [ "$1" = 0 ]; then echo "$KAFKA_PORT"; else node_port "$1"; fi; }
 slot_ctrl_port() { if [ "$1" = 0 ]; then echo "$KAFKA_CONTROLLER_PORT"; else node_ctrl_port "$1"; fi; }
 slot_name() { if [ "$1" = 0 ]; then echo "broker"; else echo "node $1"; fi; }
+
+# The jars in lib/: fetched with Maven ($MVN, default mvn) when lib/ is missing, incomplete or
+# older than pom.xml (lib/.stamp records a complete copy for the pom's hash). $1 names the
+# caller in messages; Maven's output goes to $DATA_DIR/mvn.log. kafka-up.sh and
+# kafka-up-secure.sh share lib/, so a fetch holds <repo>/var/.kafka-lib.lock.
+ensure_jars() {
+  local who="$1" pom_hash t
+  pom_hash="$(sha256sum "$KAFKA_LOCAL_DIR/pom.xml" | cut -d' ' -f1)"
+  _lib_ok() {
+    [ -r "$STAMP" ] || return 1
+    [ "$(head -n1 "$STAMP")" = "pom-sha256 $pom_hash" ] || return 1
+    local j
+    while read -r j; do [ -s "$LIB_DIR/$j" ] || return 1; done < <(tail -n +2 "$STAMP")
+  }
+  _lib_ok && return 0
+  mkdir -p "$REPO_ROOT/var" "$DATA_DIR"
+  exec 8>"$REPO_ROOT/var/.kafka-lib.lock"
+  flock -w 600 8 || { echo "$who: another fetch of $LIB_DIR holds $REPO_ROOT/var/.kafka-lib.lock" >&2; return 1; }
+  if ! _lib_ok; then  # (another script may have fetched them while this one waited)
+    echo "$who: fetching Kafka jars with Maven into $LIB_DIR ..."
+    t="$(now)"
+    rm -rf "$LIB_DIR"
+    if ! "${MVN:-mvn}" -B -q -f "$KAFKA_LOCAL_DIR/pom.xml" dependency:copy-dependencies \
+          -DoutputDirectory="$LIB_DIR" >"$DATA_DIR/mvn.log" 2>&1; then
+      echo "$who: mvn failed (full output in $DATA_DIR/mvn.log):" >&2
+      tail -n 40 "$DATA_DIR/mvn.log" >&2
+      exec 8>&-; return 1
+    fi
+    ls "$LIB_DIR"/kafka_2.13-*.jar "$LIB_DIR"/kafka-tools-*.jar "$LIB_DIR"/log4j-core-*.jar >/dev/null
+    { echo "pom-sha256 $pom_hash"; (cd "$LIB_DIR" && ls -1 -- *.jar); } > "$STAMP.tmp"
+    mv "$STAMP.tmp" "$STAMP"
+    echo "$who: fetched $(($(wc -l < "$STAMP") - 1)) jars in $(elapsed "$t")s"
+  fi
+  exec 8>&-
+}

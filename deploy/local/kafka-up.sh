@@ -134,28 +134,7 @@ for s in $TO_START; do
 done
 
 # 1. jars: fetched with Maven when lib/ is missing, incomplete or older than pom.xml.
-pom_hash="$(sha256sum "$KAFKA_LOCAL_DIR/pom.xml" | cut -d' ' -f1)"
-lib_ok() {
-  [ -r "$STAMP" ] || return 1
-  [ "$(head -n1 "$STAMP")" = "pom-sha256 $pom_hash" ] || return 1
-  local j
-  while read -r j; do [ -s "$LIB_DIR/$j" ] || return 1; done < <(tail -n +2 "$STAMP")
-}
-if ! lib_ok; then
-  echo "kafka-up: fetching Kafka jars with Maven into $LIB_DIR ..."
-  t="$(now)"
-  rm -rf "$LIB_DIR"
-  if ! "$MVN" -B -q -f "$KAFKA_LOCAL_DIR/pom.xml" dependency:copy-dependencies \
-        -DoutputDirectory="$LIB_DIR" >"$DATA_DIR/mvn.log" 2>&1; then
-    echo "kafka-up: mvn failed (full output in $DATA_DIR/mvn.log):" >&2
-    tail -n 40 "$DATA_DIR/mvn.log" >&2
-    exit 1
-  fi
-  ls "$LIB_DIR"/kafka_2.13-*.jar "$LIB_DIR"/kafka-tools-*.jar "$LIB_DIR"/log4j-core-*.jar >/dev/null
-  { echo "pom-sha256 $pom_hash"; (cd "$LIB_DIR" && ls -1 -- *.jar); } > "$STAMP.tmp"
-  mv "$STAMP.tmp" "$STAMP"
-  echo "kafka-up: fetched $(($(wc -l < "$STAMP") - 1)) jars in $(elapsed "$t")s"
-fi
+ensure_jars kafka-up || exit 1
 VERSION="$(kafka_version)"
 
 # 2. server.properties of each node, rendered on every start (ports and paths may change)

@@ -88,9 +88,11 @@ def test_rendering_names_every_metric_and_counts_committed_batches():
     dead = {s.labels["reason"]: s.value for s in families["transcript_owner_dead_letters"].samples
             if s.name.endswith("_total")}
     assert dead["not_json"] == 1 and dead["handling_failed"] == 1 and sum(dead.values()) == 2
-    lag = {s.labels["partition"]: s.value for s in families["transcript_owner_consumer_lag"].samples}
+    lag = {s.labels["partition"]: s.value
+           for s in families["transcript_owner_consumer_lag"].samples}
     assert lag == {"0": 4, "3": 0}
-    txns = {s.labels["result"]: s.value for s in families["transcript_owner_transactions"].samples
+    txns = {s.labels["result"]: s.value
+            for s in families["transcript_owner_transactions"].samples
             if s.name.endswith("_total")}
     assert txns == {"committed": 7, "aborted": 1}
     latency = [s for s in families["transcript_owner_end_to_end_latency_seconds"].samples

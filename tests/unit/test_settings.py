@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import ssl
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -101,3 +103,86 @@ def test_exactly_once_is_the_default_and_at_least_once_is_chosen_by_name():
 def test_guarantee_and_timeouts_are_checked(var, value):
     with pytest.raises(SettingsError, match=var):
         worker_settings({var: value})
+
+
+# ---- TLS: one context for every client, unusable files refused at start ----------------------
+
+TLS = Path(__file__).resolve().parent / "data" / "tls"
+SASL_SSL = {"KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "KAFKA_SASL_USERNAME": "u",
+            "KAFKA_SASL_PASSWORD": "hunter2", "KAFKA_SASL_MECHANISM": "SCRAM-SHA-512"}
+
+
+def test_one_tls_context_reaches_every_client():
+    ks = kafka_settings(dict(SASL_SSL, KAFKA_SSL_CAFILE=str(TLS / "ca.pem")))
+    context = ks.ssl_context()
+    assert isinstance(context, ssl.SSLContext)
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+    assert context.minimum_version >= ssl.TLSVersion.TLSv1_2
+    assert [c["subject"] for c in context.get_ca_certs()] == [
+        ((("commonName", "transcript-owner unit-test CA"),),)]
+    kwargs = ks.kafka_python_kwargs()  # kafka-python's clients and the worker's aiokafka ones
+    assert isinstance(kwargs["ssl_context"], ssl.SSLContext)
+    assert not {"ssl_cafile", "ssl_certfile", "ssl_keyfile"} & set(kwargs)
+
+
+def test_no_tls_means_no_context():
+    ks = kafka_settings({})
+    assert ks.ssl_context() is None and "ssl_context" not in ks.kafka_python_kwargs()
+    sasl = kafka_settings(dict(SASL_SSL, KAFKA_SECURITY_PROTOCOL="SASL_PLAINTEXT"))
+    assert sasl.ssl_context() is None and "ssl_context" not in sasl.kafka_python_kwargs()
+
+
+def test_a_client_certificate_is_loaded_from_one_or_two_files():
+    for cert, key in ((TLS / "client.pem", TLS / "client.key"),
+                      (TLS / "client-with-key.pem", None)):
+        env = dict(SASL_SSL, KAFKA_SECURITY_PROTOCOL="SSL", KAFKA_SSL_CAFILE=str(TLS / "ca.pem"),
+                   KAFKA_SSL_CERTFILE=str(cert))
+        if key:
+            env["KAFKA_SSL_KEYFILE"] = str(key)
+        assert isinstance(kafka_settings(env).ssl_context(), ssl.SSLContext)
+
+
+@pytest.mark.parametrize("files, named, says", [
+    ({"KAFKA_SSL_CAFILE": "/nonexistent/ca.pem"}, "KAFKA_SSL_CAFILE", "does not exist"),
+    ({"KAFKA_SSL_CAFILE": str(TLS)}, "KAFKA_SSL_CAFILE", "is a directory"),
+    ({"KAFKA_SSL_CAFILE": str(TLS / "README.md")}, "KAFKA_SSL_CAFILE", "is not PEM"),
+    ({"KAFKA_SSL_CAFILE": str(TLS / "client.key")}, "KAFKA_SSL_CAFILE", "is not PEM"),
+    ({"KAFKA_SSL_CAFILE": "@garbage"}, "KAFKA_SSL_CAFILE", "holds no usable CA certificate"),
+    ({"KAFKA_SSL_CERTFILE": str(TLS / "client.pem")}, "KAFKA_SSL_CERTFILE", "a private key"),
+    ({"KAFKA_SSL_KEYFILE": str(TLS / "client.key")}, "KAFKA_SSL_KEYFILE",
+     "without KAFKA_SSL_CERTFILE"),
+    ({"KAFKA_SSL_CERTFILE": str(TLS / "client.pem"),
+      "KAFKA_SSL_KEYFILE": str(TLS / "client-encrypted.key")}, "KAFKA_SSL_KEYFILE", "encrypted"),
+    ({"KAFKA_SSL_CERTFILE": str(TLS / "ca.pem"), "KAFKA_SSL_KEYFILE": str(TLS / "client.key")},
+     "KAFKA_SSL_CERTFILE/KAFKA_SSL_KEYFILE", "not a usable certificate and key"),
+])
+def test_unusable_tls_files_are_refused_at_start_naming_the_variable(tmp_path, files, named, says):
+    if files.get("KAFKA_SSL_CAFILE") == "@garbage":
+        garbage = tmp_path / "ca.pem"
+        garbage.write_text(
+            "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n")
+        files = {"KAFKA_SSL_CAFILE": str(garbage)}
+    with pytest.raises(SettingsError) as err:
+        kafka_settings(dict(SASL_SSL, **files))
+    assert str(err.value).startswith(named)  # the variable first
+    assert says in str(err.value)
+    assert "hunter2" not in str(err.value)
+
+
+def test_tls_files_without_a_tls_protocol_are_a_mistake():
+    with pytest.raises(SettingsError) as err:
+        kafka_settings({"KAFKA_SSL_CAFILE": str(TLS / "ca.pem")})
+    assert "KAFKA_SSL_CAFILE set, but KAFKA_SECURITY_PROTOCOL=PLAINTEXT uses no TLS" in str(
+        err.value)
+
+
+def test_cli_refuses_a_missing_cafile_before_any_connection(tmp_path):
+    env = dict(os.environ, **SASL_SSL, KAFKA_BOOTSTRAP="127.0.0.1:1",
+               KAFKA_SSL_CAFILE=str(tmp_path / "missing.pem"))
+    for command in (["topics", "check"], ["worker"]):
+        done = subprocess.run([sys.executable, "-m", "workers", *command], env=env,
+                              capture_output=True, timeout=60)
+        assert done.returncode == 2, command
+        err = done.stderr.decode()
+        assert err.startswith(f"error: KAFKA_SSL_CAFILE: {tmp_path / 'missing.pem'} does not exist")
+        assert "hunter2" not in err + done.stdout.decode()

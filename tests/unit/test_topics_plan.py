@@ -7,8 +7,18 @@ from pathlib import Path
 import pytest
 
 from workers import local_state
-from workers.settings import WorkerSettings
-from workers.topics import ObservedTopic, TopicsFileError, compare, load_topics
+from workers.settings import SettingsError, WorkerSettings
+from workers.topics import (
+    AclBinding,
+    ObservedTopic,
+    TopicsFileError,
+    acl_table,
+    compare,
+    compare_acls,
+    load_acls,
+    load_topics,
+)
+from workers.transactions import transactional_id
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -121,3 +131,123 @@ def test_file_errors_name_file_line_and_field(tmp_path, text, where):
         load_topics(path)
     assert str(err.value).startswith(str(path))
     assert where in str(err.value)
+
+
+# ---- acls: ----------------------------------------------------------------------------------
+
+def _bindings(acls, principal):
+    return {(b.resource, b.name, b.pattern, b.operation) for b in acls.bindings
+            if b.principal == principal}
+
+
+def test_repo_acls_give_each_principal_what_it_needs_and_no_more():
+    acls = load_acls(ROOT / "topics.yaml", prefix="p.", app_id="blue")
+    assert dict(acls.principals) == {
+        "worker": "User:worker", "connector": "User:connector", "reader": "User:reader"}
+    assert _bindings(acls, "User:worker") == {
+        ("topic", "p.delivery.confirmations", "literal", "Read"),
+        ("topic", "p.delivery.confirmations", "literal", "Write"),  # re-keyed records
+        ("topic", "p.transcript.entries", "literal", "Write"),
+        ("topic", "p.transcript.diagnostics", "literal", "Write"),
+        ("topic", "p.delivery.confirmations.dlq", "literal", "Write"),
+        ("topic", "p.blue-sessions-changelog", "literal", "Read"),
+        ("topic", "p.blue-sessions-changelog", "literal", "Write"),
+        ("topic", "p.blue-__assignor-__leader", "literal", "Read"),
+        ("group", "p.blue", "literal", "Read"),
+        # the exactly-once producers' ids are "<group>-<partition>" (workers.transactions)
+        ("transactional_id", "p.blue-", "prefixed", "Write"),
+        ("transactional_id", "p.blue-", "prefixed", "Describe"),
+    }
+    assert transactional_id("p.blue", 7).startswith("p.blue-")
+    assert _bindings(acls, "User:connector") == {
+        ("topic", "p.delivery.confirmations", "literal", "Write"),
+        ("topic", "p.delivery.confirmations", "literal", "Describe")}
+    assert _bindings(acls, "User:reader") == {
+        ("topic", "p.transcript.entries", "literal", "Read"),
+        ("topic", "p.transcript.entries", "literal", "Describe")}
+    assert all(b.permission == "allow" and b.host == "*" for b in acls.bindings)
+    # every topic of the file is watched for extra bindings, declared in acls: or not
+    specs = load_topics(ROOT / "topics.yaml", prefix="p.", app_id="blue")
+    assert {n for k, n, _ in acls.resources if k == "topic"} == {s.name for s in specs}
+    assert ("transactional_id", "p.blue-", "prefixed") in acls.resources
+    assert ("group", "p.blue", "literal") in acls.resources
+
+
+def test_principals_come_from_the_environment_first():
+    acls = load_acls(ROOT / "topics.yaml", environ={
+        "TRANSCRIPT_ACL_WORKER_PRINCIPAL": "transcript-owner-prod",
+        "TRANSCRIPT_ACL_READER_PRINCIPAL": "User:CN=sink,O=example",
+        "TRANSCRIPT_ACL_CONNECTOR_PRINCIPAL": ""})  # empty: the file's
+    assert dict(acls.principals) == {"worker": "User:transcript-owner-prod",
+                                     "connector": "User:connector",
+                                     "reader": "User:CN=sink,O=example"}
+    assert _bindings(acls, "User:worker") == set()
+    assert ("topic", "transcript.entries", "literal", "Write") in _bindings(
+        acls, "User:transcript-owner-prod")
+
+
+@pytest.mark.parametrize("value", ["Group:ops", " worker", "a\tb", "User:"])
+def test_a_bad_principal_in_the_environment_names_the_variable(value):
+    with pytest.raises(SettingsError, match="^TRANSCRIPT_ACL_WORKER_PRINCIPAL: "):
+        load_acls(ROOT / "topics.yaml", environ={"TRANSCRIPT_ACL_WORKER_PRINCIPAL": value})
+
+
+ACL_BASE = "topics:\n  a: {}\n  b: {}\nacls:\n"
+
+
+@pytest.mark.parametrize("text, where", [
+    ("  w:\n    topics:\n      c: [Read]\n", ":7: acls.w.topics.c: not a topic of this file"),
+    ("  w:\n    topics:\n      a: [Read, Fly]\n", ":7: acls.w.topics.a.1: Input should be"),
+    ("  w:\n    groups:\n      g: [Write]\n", ":7: acls.w.groups.g.0: Input should be"),
+    ("  w:\n    cluster: [Read]\n", ":6: acls.w.cluster.0: Input should be"),
+    ("  w:\n    topic: {}\n", ":6: acls.w.topic: Extra inputs are not permitted"),
+    ("  Worker-1: {}\n", ":5: acls.Worker-1: a principal's key is"),
+    ("  w:\n    principal: Group:x\n", ":6: acls.w.principal: 'Group:x': only User principals"),
+    ("  w:\n    groups:\n      \"{app}\": [Read]\n",
+     ":7: acls.w.groups.{app}: unknown placeholder"),
+    ("  w:\n    transactional_ids:\n      \"a b*\": [Write]\n",
+     ":7: acls.w.transactional_ids.a b*: 'a b' is not a valid transactional id name"),
+])
+def test_acl_errors_name_file_line_and_field(tmp_path, text, where):
+    path = tmp_path / "topics.yaml"
+    path.write_text(ACL_BASE + text)
+    with pytest.raises(TopicsFileError) as err:
+        load_acls(path)
+    assert str(err.value).startswith(str(path))
+    assert where in str(err.value)
+
+
+def test_a_star_makes_a_prefixed_pattern_and_names_take_app_id_and_prefix(tmp_path):
+    path = tmp_path / "topics.yaml"
+    path.write_text(ACL_BASE + "  w:\n    groups:\n      \"{app_id}\": [Read]\n"
+                    "      \"{app_id}-audit-*\": [Read]\n    cluster: [IdempotentWrite]\n")
+    acls = load_acls(path, prefix="t.", app_id="x")
+    assert _bindings(acls, "User:w") == {
+        ("group", "t.x", "literal", "Read"), ("group", "t.x-audit-", "prefixed", "Read"),
+        ("cluster", "kafka-cluster", "literal", "IdempotentWrite")}
+    assert ("cluster", "kafka-cluster", "literal") in acls.resources
+
+
+def test_acl_drift_is_missing_and_extra_and_apply_only_adds():
+    acls = load_acls(ROOT / "topics.yaml", prefix="p.")
+    have = set(acls.bindings)
+    assert not compare_acls(acls, have).drift
+    gone = AclBinding("topic", "p.transcript.entries", "literal", "User:reader", "Read")
+    stray = AclBinding("topic", "p.", "prefixed", "User:connector", "Read")
+    denied = AclBinding("group", "p.transcript-owner", "literal", "User:worker", "Read",
+                        permission="deny")
+    plan = compare_acls(acls, (have - {gone}) | {stray, denied})
+    assert plan.drift and plan.create == [gone]
+    assert plan.extra == sorted([stray, denied])
+    rows = [r.split() for r in acl_table(plan).splitlines()[2:]]
+    assert ["group", "p.transcript-owner", "User:worker", "Read", "(none)", "deny"] in rows
+    assert ["topic", "p.*", "User:connector", "Read", "(none)", "allow"] in rows
+    assert ["topic", "p.transcript.entries", "User:reader", "Read", "allow", "absent"] in rows
+    assert len(rows) == 3
+
+
+def test_a_file_without_acls_declares_none(tmp_path):
+    path = tmp_path / "topics.yaml"
+    path.write_text("topics:\n  a: {}\n")
+    acls = load_acls(path)
+    assert acls.bindings == () and acls.principals == ()
