@@ -97,6 +97,8 @@ def apply(admin, specs: list[TopicSpec], plan: Plan, dry_run: bool, timeout: flo
         for name, values in plan.alter.items():
             for key, value in values.items():
                 lines.append(f"set {name} {key}={value}")
+    if not dry_run and (plan.create or plan.alter):
+        _await_visible(admin, specs, plan, timeout)
     for d in plan.refused:
         lines.append(
             f"would not change {d.item} of {d.topic} ({d.actual} -> {d.declared}): "
@@ -163,6 +165,27 @@ def observe_acls(admin, acls: Acls) -> set[AclBinding]:
                 host=b.host,
             ))
     return found
+
+
+def _await_visible(admin, specs: list[TopicSpec], plan: Plan, timeout: float) -> None:  # noqa: ANN001
+    """Until the broker shows the topics created and the configs set: it applies them from the
+    metadata log a moment after the controller accepts them, and a `check` right after `apply`
+    must not report drift that is already repaired."""
+    from kafka.errors import KafkaError
+
+    wanted = {s.name for s in plan.create}
+    deadline, pause = time.monotonic() + timeout, 0.05
+    while True:
+        seen = observe(admin, specs)
+        if wanted <= set(seen) and all(
+                name in seen and all(seen[name].configs.get(k) == v for k, v in values.items())
+                for name, values in plan.alter.items()):
+            return
+        if time.monotonic() > deadline:
+            raise KafkaError(f"the changes were accepted but the broker did not show them "
+                             f"within {timeout:.0f}s")
+        time.sleep(pause)
+        pause = min(1.0, pause * 2)
 
 
 def apply_acls(admin, acls: Acls, plan: AclPlan, dry_run: bool, timeout: float) -> list[str]:

@@ -65,6 +65,12 @@ def test_check_reports_missing_then_clean_after_apply(env, cleanup):
     assert "no drift" in after.stdout.decode()
 
 
+def cleanup_policy(admin, topic: str) -> str:
+    found = admin.describe_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, topic, configs=None)], config_filter="all")
+    return found["topic"][topic]["cleanup.policy"]["value"]
+
+
 def test_check_names_config_drift_and_apply_repairs_it(env, admin, cleanup):
     assert cli("topics", "apply", env=env).returncode == 0
     entries = env["TRANSCRIPT_TOPIC_PREFIX"] + "transcript.entries"
@@ -72,6 +78,8 @@ def test_check_names_config_drift_and_apply_repairs_it(env, admin, cleanup):
         [ConfigResource(ConfigResourceType.TOPIC, entries, configs={"cleanup.policy": "delete"})],
         incremental=True,
     )
+    # the broker applies an accepted change from its metadata log a moment later
+    poll_until(lambda: cleanup_policy(admin, entries) == "delete", 30, [], "config changed")
     drift = cli("topics", "check", env=env)
     assert drift.returncode == 1
     rows = [r.split() for r in drift.stdout.decode().splitlines()[2:]]
@@ -87,6 +95,8 @@ def test_partition_drift_is_reported_and_never_changed(env, admin, cleanup):
     assert cli("topics", "apply", env=env).returncode == 0
     diagnostics = env["TRANSCRIPT_TOPIC_PREFIX"] + "transcript.diagnostics"
     admin.create_partitions({diagnostics: NewPartitions(total_count=12)})
+    poll_until(lambda: len(admin.describe_topics([diagnostics])[0]["partitions"]) == 12, 30, [],
+               "partitions added")
 
     drift = cli("topics", "check", env=env)
     assert drift.returncode == 1
