@@ -90,7 +90,7 @@ run: install kafka-up topics
 	$(PY) -m workers worker
 
 demo: install kafka-up
-	$(PY) -m workers.demo
+	$(PY) -m workers.commands.demo
 
 bench: install kafka-up
 	$(PY) bench/run.py

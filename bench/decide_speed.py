@@ -6,7 +6,7 @@
 Default: replay's path (Owner.handle over a MemoryState, then replay's output line), timed
 per record. File reading and writing are not timed.
 
---worker: the worker's per-record path without Kafka (workers.processor without the awaits):
+--worker: the worker's per-record path without Kafka (workers.stream.processor without the awaits):
 every record arrives keyed by its canonical key on its home partition (as connectors send
 it), decided by Owner.handle over the worker's SessionStore, whose partition stores are
 dicts here; each batch's writes are taken and applied as the worker does after the changelog
@@ -23,11 +23,11 @@ from time import perf_counter
 
 from schemas import Invalid, parse_input
 from workers.core import DEFAULT_DEDUPE_WINDOW, MemoryState, session_key_of
-from workers.outputs import Source
-from workers.owner import Owner
-from workers.partitioning import murmur2
-from workers.replay import render
-from workers.session_store import SessionStore
+from workers.stream.outputs import Source
+from workers.stream.owner import Owner
+from workers.stream.partitioning import murmur2
+from workers.commands.replay import render
+from workers.stream.session_store import SessionStore
 
 WRITTEN_AT = datetime(2027, 1, 1, tzinfo=UTC)  # after every synthetic record: no skew
 PARTITIONS = 8

@@ -49,7 +49,7 @@ from bench.common import (  # noqa: E402
     preload,
     topics_apply,
 )
-from workers.outputs import CONFIRMATIONS  # noqa: E402
+from workers.stream.outputs import CONFIRMATIONS  # noqa: E402
 from workers.synthetic import generate  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"

@@ -22,8 +22,8 @@ from bench.common import (
     last_timestamp,
     preload,
 )
-from workers.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
-from workers.partitioning import partition_for
+from workers.stream.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
+from workers.stream.partitioning import partition_for
 from workers.synthetic import generate
 
 

@@ -20,14 +20,18 @@ MAX_ERROR_CHARS = 300  # of an unexpected exception's message, on stderr
 
 # command name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "topics": ("workers.topics_cli", "make the cluster match topics.yaml or report drift"),
-    "worker": ("workers.worker", "run the stream processor (the transcript owner)"),
-    "loadgen": ("workers.loadgen", "publish realistic synthetic delivery confirmations"),
-    "audit": ("workers.audit", "replay the input topic and compare with the transcript topic"),
-    "show": ("workers.show", "print one session's transcript"),
-    "replay": ("workers.replay", "run JSON-lines input through the core offline; print outcomes"),
-    "doctor": ("workers.doctor", "migrate scheduled jobs to the two job modes (Rule 2)"),
-    "render": ("workers.render", "render a session's history as one provider family's request"),
+    "topics": ("workers.commands.topics", "make the cluster match topics.yaml or report drift"),
+    "worker": ("workers.stream.worker", "run the stream processor (the transcript owner)"),
+    "loadgen": ("workers.commands.loadgen",
+                "publish realistic synthetic delivery confirmations"),
+    "audit": ("workers.commands.audit",
+              "replay the input topic and compare with the transcript topic"),
+    "show": ("workers.commands.show", "print one session's transcript"),
+    "replay": ("workers.commands.replay",
+               "run JSON-lines input through the core offline; print outcomes"),
+    "doctor": ("workers.commands.doctor", "migrate scheduled jobs to the two job modes (Rule 2)"),
+    "render": ("workers.commands.render",
+               "render a session's history as one provider family's request"),
 }
 
 

@@ -12,8 +12,8 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 
 from workers.kafka_auth import check_access
-from workers.partitioning import partition_for
 from workers.settings import KafkaSettings
+from workers.stream.partitioning import partition_for
 
 
 def producer(ks: KafkaSettings, **overrides) -> KafkaProducer:

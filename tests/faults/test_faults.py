@@ -41,8 +41,8 @@ from tests.integration.harness import (
     wait_static_members,
 )
 from workers.kafka_io import producer, read
-from workers.outputs import CONFIRMATIONS, DIAGNOSTICS, ENTRIES
 from workers.settings import KafkaSettings, kafka_settings
+from workers.stream.outputs import CONFIRMATIONS, DIAGNOSTICS, ENTRIES
 from workers.synthetic import generate
 
 pytestmark = [pytest.mark.kafka, pytest.mark.faults]

@@ -10,10 +10,10 @@ import pytest
 from tests.conftest import cli
 from tests.integration.harness import Collector, WorkerProcess, wait_drained
 from workers.kafka_io import producer, publish
-from workers.outputs import CONFIRMATIONS, ENTRIES
-from workers.partitioning import partition_for
 from workers.scenario import steps
 from workers.settings import kafka_settings
+from workers.stream.outputs import CONFIRMATIONS, ENTRIES
+from workers.stream.partitioning import partition_for
 
 pytestmark = pytest.mark.kafka
 

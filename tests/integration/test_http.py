@@ -19,8 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import cli
 from tests.integration.harness import ROOT, group_of, poll_until, wait_drained, wait_members
 from workers.kafka_io import publish, read
-from workers.outputs import CONFIRMATIONS, DLQ, ENTRIES
 from workers.settings import kafka_settings
+from workers.stream.outputs import CONFIRMATIONS, DLQ, ENTRIES
 from workers.synthetic import generate
 
 pytestmark = pytest.mark.kafka

@@ -18,9 +18,9 @@ from kafka.admin import KafkaAdminClient
 from tests.conftest import cli
 from tests.integration.harness import Collector, poll_until
 from workers.kafka_io import end_offsets, publish, read
-from workers.outputs import CONFIRMATIONS, ENTRIES
-from workers.partitioning import partition_for
 from workers.settings import kafka_settings
+from workers.stream.outputs import CONFIRMATIONS, ENTRIES
+from workers.stream.partitioning import partition_for
 
 pytestmark = pytest.mark.kafka
 

@@ -28,8 +28,8 @@ import pytest
 
 from tests.integration.harness import ROOT, group_of, poll_until, wait_drained
 from workers.kafka_io import end_offsets, publish, read
-from workers.outputs import CONFIRMATIONS, DLQ, ENTRIES
 from workers.settings import kafka_settings
+from workers.stream.outputs import CONFIRMATIONS, DLQ, ENTRIES
 from workers.synthetic import generate
 
 pytestmark = pytest.mark.kafka

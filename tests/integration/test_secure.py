@@ -43,9 +43,9 @@ from tests.integration.harness import (
     without_written_at,
 )
 from workers.kafka_io import producer, publish, read
-from workers.outputs import CONFIRMATIONS, ENTRIES
 from workers.scenario import steps
 from workers.settings import kafka_settings
+from workers.stream.outputs import CONFIRMATIONS, ENTRIES
 from workers.topics import load_acls
 
 pytestmark = pytest.mark.kafka

@@ -16,8 +16,8 @@ import pytest
 
 from tests.integration.harness import CLUSTER_BOOTSTRAP, Collector, describe, poll_until
 from workers.kafka_io import publish
-from workers.outputs import CONFIRMATIONS, ENTRIES
 from workers.settings import kafka_settings
+from workers.stream.outputs import CONFIRMATIONS, ENTRIES
 
 pytestmark = pytest.mark.kafka
 

@@ -10,12 +10,12 @@ import pytest
 from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient
 
-from workers import local_state
 from workers.kafka_io import consumer
-from workers.outputs import CONFIRMATIONS, ENTRIES
 from workers.settings import kafka_settings
-from workers.transactions import PartitionProducers, TransactionFailed
-from workers.worker import producer_factory
+from workers.stream import local_state
+from workers.stream.outputs import CONFIRMATIONS, ENTRIES
+from workers.stream.transactions import PartitionProducers, TransactionFailed
+from workers.stream.worker import producer_factory
 
 pytestmark = pytest.mark.kafka
 
@@ -59,7 +59,7 @@ def test_the_next_owner_fences_the_last_and_aborts_its_open_transaction(env, top
         # the old owner stalls in the middle of a transaction ...
         producer = old._producers[3]
         await producer.begin_transaction()
-        from workers.batch_send import send_all
+        from workers.stream.batch_send import send_all
         await send_all(producer, [(*record[:3], b"open", ())])
         # ... the next owner takes the partition over: its open transaction aborts at once
         await nxt.assign([3])
@@ -95,7 +95,7 @@ def test_top_up_applies_committed_changelog_records_and_skips_aborted_ones(env, 
                           None)
         producer = txns._producers[1]
         await producer.begin_transaction()
-        from workers.batch_send import send_all
+        from workers.stream.batch_send import send_all
         await send_all(producer, [(changelog, 1, b"a", b"aborted", ()),
                                   (changelog, 1, b"c", b"aborted", ())])
         await producer.abort_transaction()

@@ -19,9 +19,9 @@ from tests.integration.harness import (
     without_written_at,
 )
 from workers.kafka_io import publish
-from workers.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
 from workers.scenario import steps
 from workers.settings import kafka_settings
+from workers.stream.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
 from workers.synthetic import generate
 
 pytestmark = pytest.mark.kafka

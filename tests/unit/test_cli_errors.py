@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import workers.cli as cli
-import workers.render as render_mod
+import workers.commands.render as render_mod
 from workers.cli import MAX_ERROR_CHARS, main
 from workers.settings import SettingsError
 

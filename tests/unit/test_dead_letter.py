@@ -13,7 +13,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from schemas import MAX_RECORD_BYTES, Invalid, parse_input
 from workers.core import dead_letter as dead_letter_outcome
-from workers.outputs import (
+from workers.stream.outputs import (
     DEAD_LETTER_MAX_ERROR,
     DEAD_LETTER_MAX_KEY,
     DEAD_LETTER_MAX_VALUE,
@@ -26,7 +26,7 @@ from workers.topics import load_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1024 * 1024
-PRODUCER_MAX_REQUEST = 4 * MIB  # the worker's producer (workers.worker.producer_factory)
+PRODUCER_MAX_REQUEST = 4 * MIB  # the worker's producer (workers.stream.worker.producer_factory)
 
 
 def dlq_limit() -> int:

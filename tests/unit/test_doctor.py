@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import workers.doctor as doctor_mod
+import workers.commands.doctor as doctor_mod
 from workers.cli import main
+from workers.commands.doctor import StoreChanged, doctor, dump_json, load_json
 from workers.core.job_modes import migrated_row
-from workers.doctor import StoreChanged, doctor, dump_json, load_json
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "tests" / "unit" / "data" / "jobs" / "sample-store.json"

@@ -24,6 +24,7 @@ from tests.unit.test_owner import PARTITIONS, source
 from tests.unit.test_properties import INPUTS
 from tests.unit.test_session_store import FakeStores
 from tests.unit.wire import WRITTEN_AT, confirmation, dumps, reset, run, with_
+from workers.commands.replay import render, replay
 from workers.core import (
     EMPTY_HEAD,
     MemoryState,
@@ -36,11 +37,10 @@ from workers.core import (
     session_key_of,
 )
 from workers.core.state import SEEN_KEYS_FROM, parse_seen_key
-from workers.outputs import DLQ, Source
-from workers.owner import Owner
-from workers.partitioning import partition_for
-from workers.replay import render, replay
-from workers.session_store import SessionStore
+from workers.stream.outputs import DLQ, Source
+from workers.stream.owner import Owner
+from workers.stream.partitioning import partition_for
+from workers.stream.session_store import SessionStore
 
 KEY = "agent:ops:telegram:group:-100123"
 WINDOW = timedelta(days=7)

@@ -1,4 +1,4 @@
-"""When local state no longer matches its changelog (workers.local_state), without a broker:
+"""When local state no longer matches its changelog (workers.stream.local_state), without a broker:
 the pure verdict, table-driven, and `prepare` on real RocksDB stores."""
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import rocksdict
 from kafka.errors import KafkaConnectionError, KafkaTimeoutError
 
 from workers import kafka_io
-from workers.local_state import (
+from workers.settings import kafka_settings
+from workers.stream.local_state import (
     OFFSET_KEY,
     Changelog,
     LocalStateError,
@@ -33,7 +34,6 @@ from workers.local_state import (
     restore_range,
     verdict,
 )
-from workers.settings import kafka_settings
 
 TOPIC = "p.transcript-owner-sessions-changelog"
 ID, OTHER_ID = "c5337d21-00bc-4a1d-8a5d-d8a6e6dad15c", "0b9f3a2e-5f7c-4d7e-9a51-6c2f1e4b8d90"

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from schemas import PostedBy
+from workers.commands.render import read_history
 from workers.core.provider_replay import (
     CONTINUES,
     FAMILIES,
@@ -31,7 +32,6 @@ from workers.core.provider_replay import (
     render,
     resolve_epochs,
 )
-from workers.render import read_history
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parent / "data" / "render"

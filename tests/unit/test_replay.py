@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from tests.unit.wire import confirmation, dumps, reset, with_
-from workers.replay import replay
+from workers.commands.replay import replay
 
 ROOT = Path(__file__).resolve().parents[2]
 WRITTEN_AT = "2025-04-01T00:00:00Z"

@@ -1,4 +1,4 @@
-"""workers/session_store.py: the worker's state behind the core's StateView.
+"""workers/stream/session_store.py: the worker's state behind the core's StateView.
 
 Over a stand-in for faust's partition stores (get, and items in key order from a key): a
 batch sees its own writes before they are written; the writes come out as heads, seen
@@ -35,10 +35,10 @@ from workers.core import (
     seen_key,
 )
 from workers.core.state import micros
-from workers.outputs import DLQ, Source
-from workers.owner import Owner, Step
-from workers.partitioning import partition_for
-from workers.session_store import SessionStore, Write
+from workers.stream.outputs import DLQ, Source
+from workers.stream.owner import Owner, Step
+from workers.stream.partitioning import partition_for
+from workers.stream.session_store import SessionStore, Write
 
 KEY = "agent:ops:telegram:group:-100123"
 OTHER = "agent:ops:slack:channel:c0general"

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from workers import local_state
 from workers.settings import SettingsError, WorkerSettings
+from workers.stream import local_state
+from workers.stream.transactions import transactional_id
 from workers.topics import (
     AclBinding,
     ObservedTopic,
@@ -18,7 +19,6 @@ from workers.topics import (
     load_acls,
     load_topics,
 )
-from workers.transactions import transactional_id
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -154,7 +154,7 @@ def test_repo_acls_give_each_principal_what_it_needs_and_no_more():
         ("topic", "p.blue-sessions-changelog", "literal", "Write"),
         ("topic", "p.blue-__assignor-__leader", "literal", "Read"),
         ("group", "p.blue", "literal", "Read"),
-        # the exactly-once producers' ids are "<group>-<partition>" (workers.transactions)
+        # the exactly-once producers' ids are "<group>-<partition>" (workers.stream.transactions)
         ("transactional_id", "p.blue-", "prefixed", "Write"),
         ("transactional_id", "p.blue-", "prefixed", "Describe"),
     }

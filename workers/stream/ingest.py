@@ -11,7 +11,7 @@ fetch: the consumer's scheduling strategy (`ConsumerScheduler` setting), which o
 fetch's records before the drain loop. Ours moves the input topic's records into an `Inbox`
 as faust messages stamped with the consumer generation, and passes every other topic's
 records (table changelogs during recovery) on to faust's own strategy untouched.
-`workers.processor` takes the inbox in batches and acks each message itself once its outputs
+`workers.stream.processor` takes the inbox in batches and acks each message itself once its outputs
 and state are durable; faust tracks those acks and commits them as usual.
 
 Back-pressure: when the inbox holds more than its bound, the input partitions are reported to
@@ -132,7 +132,7 @@ def read_committed(app: faust.App, *, offsets_in_transactions: bool = False) -> 
     records' offsets then never arrive; the processor acks such gaps with the next batch.
 
     With `offsets_in_transactions` (exactly-once), the input offsets are committed by the
-    batch's transactions (workers.transactions), never by the consumer: faust's commit keeps
+    batch's transactions (workers.stream.transactions), never by the consumer: faust's commit keeps
     its bookkeeping (acks, revocation) and sends nothing. A commit of its own, outside the
     transaction, could commit an offset whose outputs were never committed.
     """

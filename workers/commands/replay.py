@@ -28,8 +28,8 @@ from pydantic_core import to_json
 
 from schemas import Diagnostic
 from workers.core import OUTCOME_KINDS, MemoryState, Outcome
-from workers.outputs import Source
-from workers.owner import Owner
+from workers.stream.outputs import Source
+from workers.stream.owner import Owner
 
 _DIAGNOSTICS: TypeAdapter[tuple[Diagnostic, ...]] = TypeAdapter(tuple[Diagnostic, ...])
 _FLUSH_EVERY = 2048  # output lines per write

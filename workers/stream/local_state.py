@@ -369,7 +369,7 @@ def _restore(ks, tabledir: Path, table: str, changelog: Changelog) -> tuple[int,
 def top_up(ks, topic: str, dbs: Mapping[int, object]) -> int:  # noqa: ANN001
     """Bring the open partition stores `dbs` (faust's) up to their changelog's end as it is now;
     returns the records applied. The exactly-once worker calls it when it is assigned
-    partitions, once their producers have fenced the last owner (workers.transactions): the
+    partitions, once their producers have fenced the last owner (workers.stream.transactions): the
     changelog is final then, and faust's own recovery, which waits for the offset before a
     changelog's end and never gets it when that is a transaction marker, has nothing left."""
     from kafka import TopicPartition

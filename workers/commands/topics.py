@@ -31,7 +31,7 @@ from workers.topics import (
     load_topics,
 )
 
-DEFAULT_FILE = Path(__file__).resolve().parent.parent / "topics.yaml"
+DEFAULT_FILE = Path(__file__).resolve().parents[2] / "topics.yaml"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -29,11 +29,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from workers.commands.loadgen import Progress
 from workers.core import MemoryState
-from workers.loadgen import Progress
-from workers.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES, Source
-from workers.owner import Owner
 from workers.settings import KafkaSettings, kafka_settings, worker_settings
+from workers.stream.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES, Source
+from workers.stream.owner import Owner
 
 KINDS = ("missing", "unexpected", "differing", "rewritten", "order",
          "diagnostics_missing", "diagnostics_unexpected", "dead_letters_missing",

@@ -13,9 +13,9 @@ import time
 from datetime import UTC, datetime
 
 from workers.kafka_io import consumer, publish
-from workers.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
 from workers.scenario import steps
 from workers.settings import SettingsError, kafka_settings, worker_settings
+from workers.stream.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
 from workers.topics import format_table
 
 

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from schemas import MAX_RECORD_BYTES, Diagnostic, TranscriptEntry
 from workers.core import Outcome
-from workers.partitioning import partition_for
+from workers.stream.partitioning import partition_for
 
 CONFIRMATIONS = "delivery.confirmations"
 ENTRIES = "transcript.entries"

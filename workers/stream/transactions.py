@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from workers.batch_send import Record, send_all
+from workers.stream.batch_send import Record, send_all
 
 log = logging.getLogger("transcript_owner.transactions")
 

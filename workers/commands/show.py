@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from workers.outputs import ENTRIES
-from workers.partitioning import partition_for
 from workers.settings import kafka_settings, worker_settings
+from workers.stream.outputs import ENTRIES
+from workers.stream.partitioning import partition_for
 from workers.topics import format_table
 
 

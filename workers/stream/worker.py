@@ -2,8 +2,9 @@
 
 faust does what it is good at: group membership and partition assignment, the session table
 on RocksDB with its changelog and recovery, lifecycle and signals. The per-record work is the
-batch path of `workers.processor` (see `workers.ingest` for why not faust's Stream), which
-sends through its own idempotent producer, a batch per partition (`workers.batch_send`).
+batch path of `workers.stream.processor` (see `workers.stream.ingest` for why not faust's
+Stream), which sends through its own idempotent producer, a batch per partition
+(`workers.stream.batch_send`).
 """
 
 from __future__ import annotations
@@ -18,20 +19,20 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from workers import local_state
-from workers.ingest import Inbox, input_topic, read_committed, scheduler_for
 from workers.ops.health import Health
 from workers.ops.metrics import Metrics
-from workers.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
-from workers.owner import Owner
-from workers.processor import EXIT_FATAL, BatchClock, Processor
 from workers.settings import (
     KafkaSettings,
     WorkerSettings,
     kafka_settings,
     worker_settings,
 )
-from workers.transactions import PartitionProducers
+from workers.stream import local_state
+from workers.stream.ingest import Inbox, input_topic, read_committed, scheduler_for
+from workers.stream.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
+from workers.stream.owner import Owner
+from workers.stream.processor import EXIT_FATAL, BatchClock, Processor
+from workers.stream.transactions import PartitionProducers
 
 log = logging.getLogger("transcript_owner.worker")
 COMMITTED_OFFSETS_TIMEOUT_S = 120.0  # then the worker exits (70) and its supervisor restarts it
@@ -120,7 +121,7 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         broker=";".join(f"kafka://{h.strip()}" for h in ks.bootstrap.split(",")),
         broker_credentials=credentials(ks),
         store="rocksdb://",
-        # per deployment, so that two never share a table (workers.local_state)
+        # per deployment, so that two never share a table (workers.stream.local_state)
         datadir=local_state.deployment_dir(ws.state_dir, ks.topic_prefix, ws.app_id),
         topic_partitions=ws.partitions,
         topic_replication_factor=ks.replication_factor or 1,

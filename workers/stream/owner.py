@@ -24,8 +24,8 @@ from workers.core import (
     failed,
     session_key_of,
 )
-from workers.outputs import CONFIRMATIONS, OutRecord, Source, encode
-from workers.partitioning import partition_for
+from workers.stream.outputs import CONFIRMATIONS, OutRecord, Source, encode
+from workers.stream.partitioning import partition_for
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,11 @@
 """The worker's hot path: batches of input messages through `Owner.handle`, outputs, state, acks.
 
 For each batch, in this order (README, "Processing guarantee"):
-  1. decide every record (core) against the session store (workers.session_store: the batch's
+  1. decide every record (core) against the session store (workers.stream.session_store: the batch's
      pending writes over the local RocksDB), then one bounded upkeep slice (expiry, migration);
   2. exactly-once (the default): for each input partition of the batch, one Kafka transaction
      holds its records' outputs (entries, diagnostics, dead letters, re-keyed records), its
-     state changes (changelog records) and its next input offset (workers.transactions); the
+     state changes (changelog records) and its next input offset (workers.stream.transactions); the
      partitions' transactions run side by side;
      at-least-once: all outputs are sent and acked, then the state changes (changelog);
   3. only then are the state changes written to the local RocksDB, and
@@ -47,15 +47,15 @@ from typing import Any
 
 from faust.types import TP, ConsumerMessage
 
-from workers.batch_send import Record, send_all
-from workers.ingest import ChangelogEvent, ChangelogMessage, Inbox
 from workers.ops.health import Health
 from workers.ops.metrics import Metrics
-from workers.outputs import Source
-from workers.owner import Owner
-from workers.partitioning import murmur2
-from workers.session_store import SessionStore
-from workers.transactions import PartitionProducers
+from workers.stream.batch_send import Record, send_all
+from workers.stream.ingest import ChangelogEvent, ChangelogMessage, Inbox
+from workers.stream.outputs import Source
+from workers.stream.owner import Owner
+from workers.stream.partitioning import murmur2
+from workers.stream.session_store import SessionStore
+from workers.stream.transactions import PartitionProducers
 
 log = logging.getLogger("transcript_owner.processor")
 EXIT_FATAL = 70
@@ -102,7 +102,7 @@ class Processor:
         self.metrics = metrics or Metrics()
         self.health = health or Health(liveness_timeout_s=float("inf"))
         # exactly-once: each input partition's share of a batch in one transaction
-        # (workers.transactions); None: at-least-once through one idempotent producer
+        # (workers.stream.transactions); None: at-least-once through one idempotent producer
         self.transactions = transactions
         self.batch_stop_s = batch_stop_s  # SIGTERM: the batch in flight gets this long
         self.clock = clock  # the owner's clock: ticked at the start of each batch
