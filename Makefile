@@ -77,10 +77,32 @@ k8s-check:
 	kubectl kustomize deploy/k8s/overlays/dev | var/k8s-validate
 	kubectl kustomize deploy/k8s/overlays/production | var/k8s-validate -production
 
+# the TypeScript connector (connectors/typescript): `npm ci` when package.json or the lockfile
+# changed, `npm run build` (tsc into dist/ and build/) when a source did. `make test` runs its
+# node suites: tests/unit/test_typescript_suite.py, tests/integration/test_typescript_connector.py
+CONNECTOR := connectors/typescript
+CONNECTOR_SOURCES := $(shell find $(CONNECTOR)/src $(CONNECTOR)/test $(CONNECTOR)/examples $(CONNECTOR)/scripts -type f 2>/dev/null) $(wildcard $(CONNECTOR)/tsconfig*.json schemas/json/*.schema.json)
+.PHONY: connector vectors
+connector: $(CONNECTOR)/build/.built
+
+$(CONNECTOR)/node_modules/.installed: $(CONNECTOR)/package.json $(CONNECTOR)/package-lock.json
+	cd $(CONNECTOR) && npm ci --no-audit --no-fund
+	touch $@
+
+$(CONNECTOR)/build/.built: $(CONNECTOR)/node_modules/.installed $(CONNECTOR_SOURCES)
+	cd $(CONNECTOR) && npm run --silent build
+	touch $@
+
+# the session-key parity vectors (schemas/vectors/session_keys.json) and the TypeScript port's
+# tables of Python's str functions, both from this Python; commit what changed
+vectors: install
+	$(PY) $(CONNECTOR)/scripts/pyunicode_tables.py
+	$(PY) schemas/vectors/generate.py
+
 test-unit: install
 	$(PY) -m pytest tests/unit -q
 
-test: install kafka-up prometheus-tool kafka-up-secure
+test: install kafka-up prometheus-tool kafka-up-secure connector
 	$(PY) -m pytest -q
 
 faults: install kafka-up
