@@ -7,6 +7,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# the baselines of make bench (the `bench` extra: quixstreams, confluent-kafka, orjson) in a venv
+# of their own: quixstreams pins pydantic below the worker's, and make test needs none of them
+BENCH_VENV := var/venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed
 
 .PHONY: help install kafka-up kafka-down kafka-status kafka-up-secure kafka-down-secure topics topics-check prometheus-tool image image-tools test test-unit faults run demo bench schemas lint clean
 
@@ -15,7 +19,7 @@ help:
 	@echo "make test       the same set-up, then the whole suite against the real broker"
 	@echo "make faults     only the fault suite (kill -9, restarts, rebalances; minutes): var/faults/"
 	@echo "make demo       publish a scenario covering every rule; print transcripts (beside make run)"
-	@echo "make bench      throughput and latency side by side with raw Kafka and faust baselines"
+	@echo "make bench      throughput and latency beside raw Kafka (aiokafka, librdkafka), faust and Quix"
 	@echo "make image      the OCI image (buildah, Debian base by mmdebstrap): localhost/transcript-owner"
 	@echo "make kafka-up-secure  a second local broker: SASL_SSL + SCRAM + ACLs on 127.0.0.1:9192;"
 	@echo "                 one env file per principal in var/kafka/secure/ (make kafka-down-secure)"
@@ -114,8 +118,15 @@ run: install kafka-up topics
 demo: install kafka-up
 	$(PY) -m workers.commands.demo
 
-bench: install kafka-up
-	$(PY) bench/run.py
+$(BENCH_STAMP): pyproject.toml | $(STAMP)
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
+	$(PY) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["bench"]))' > $(BENCH_VENV)/requirements.txt
+	$(BENCH_VENV)/bin/python -m pip install -q -r $(BENCH_VENV)/requirements.txt
+	touch $@
+
+bench: install kafka-up $(BENCH_STAMP)
+	$(PY) bench/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) var

@@ -22,11 +22,11 @@ from itertools import islice
 from time import perf_counter
 
 from schemas import Invalid, parse_input
+from workers.commands.replay import render
 from workers.core import DEFAULT_DEDUPE_WINDOW, MemoryState, session_key_of
 from workers.stream.outputs import Source
 from workers.stream.owner import Owner
 from workers.stream.partitioning import murmur2
-from workers.commands.replay import render
 from workers.stream.session_store import SessionStore
 
 WRITTEN_AT = datetime(2027, 1, 1, tzinfo=UTC)  # after every synthetic record: no skew

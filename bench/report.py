@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 NAN = float("nan")
+_ABBREV = {"exactly_once": "exactly-\nonce", "at_least_once": "at-least-\nonce"}  # chart labels
 
 
 def _modes(r: dict) -> list[tuple[str | None, str, str]]:
@@ -22,6 +23,12 @@ def _modes(r: dict) -> list[tuple[str | None, str, str]]:
         if key in r["throughput"]:
             out.append((m, key, "latency_ms" if m == primary else f"latency_ms_{m}"))
     return out
+
+
+def _quix(r: dict) -> list[tuple[str, str]]:
+    """(throughput key, mode) of each Quix Streams run of the result."""
+    return [(k, k.removeprefix("quix_")) for k in ("quix_exactly_once", "quix_at_least_once")
+            if k in r["throughput"]]
 
 
 def _ratio(a: float | None, b: float | None) -> float:
@@ -41,15 +48,28 @@ def table(r: dict) -> str:
         f"transcript-owner bench  {r['timestamp']}  nproc={r['machine']['nproc']}  "
         f"python={r['machine']['python']}  kafka={r['machine']['kafka']}",
         f"input: {n['throughput']:,} synthetic confirmations preloaded on 8 partitions "
-        "(same records for a, b, and c" + (" in each mode)" if modes[0][0] else ")"),
+        "(same records for every throughput row" + (", each mode" if modes[0][0] else "")
+        + (", the Quix runs on copies of their own)" if _quix(r) else ")"),
         "",
         f"{'throughput (same run)':<{w}}{'events/s':>12}{'vs ceiling':>12}{'seconds':>10}",
         f"{'(a) ceiling: aiokafka passthrough, idempotent':<{w}}"
         f"{ceiling:>12,.0f}{'1.00':>12}{t['ceiling']['seconds']:>10.2f}",
+    ]
+    if (rd := t.get("librdkafka_passthrough")) is not None:
+        lines.append(f"{'(a2) librdkafka passthrough, idempotent':<{w}}"
+                     f"{rd['events_per_s']:>12,.0f}{rd['events_per_s'] / ceiling:>12.2f}"
+                     f"{rd['seconds']:>10.2f}")
+    lines += [
         f"{'(b) faust noop agent, concurrency=1':<{w}}{r['faust_noop_events_per_s']:>12,.0f}"
         f"{r['faust_noop_events_per_s'] / ceiling:>12.2f}"
         f"{t.get('faust_noop', {}).get('seconds', NAN):>10.2f}",
     ]
+    quix = _quix(r)
+    for name, mode in quix:
+        q = t[name]
+        lines.append(f"{'(q) Quix, ' + mode + ' (first output -> lag 0)':<{w}}"
+                     f"{q['events_per_s']:>12,.0f}{q['events_per_s'] / ceiling:>12.2f}"
+                     f"{q['seconds']:>10.2f}")
     for mode, key, _ in modes:
         label = f"(c) worker{', ' + mode if mode else ''} (first output -> lag 0)"
         eps = t[key]["events_per_s"]
@@ -69,6 +89,28 @@ def table(r: dict) -> str:
             f"{x['events_per_s_to_last_output']:,.0f} events/s (lag 0 also waits for the "
             "offset commit)",
         ]
+    for name, mode in quix:
+        q = t[name]
+        lines.append(f"    Quix {mode} start-up: {q['startup_s']:.2f}s; to last output sent: "
+                     f"{q['events_per_s_to_last_output']:,.0f} events/s; incl. start-up: "
+                     f"{q.get('events_per_s_incl_startup', NAN):,.0f} events/s (commit every "
+                     f"{q.get('commit_interval_s', NAN):g}s)")
+    vq, vr = r.get("worker_vs_quix") or {}, r.get("worker_vs_librdkafka") or {}
+    if vq or vr:
+        lines += ["", f"{'ratios (same run)':<{w}}{'drain':>12}{'incl.start':>12}"
+                      f"{'to last':>10}"]
+        for mode, x in vq.items():
+            lines.append(f"{'    worker / Quix Streams, ' + mode:<{w}}{x['events_per_s']:>12.2f}"
+                         f"{x['events_per_s_incl_startup']:>12.2f}"
+                         f"{x['events_per_s_to_last_output']:>10.2f}")
+        for mode, x in vr.items():
+            lines.append(f"{'    worker ' + mode + ' / librdkafka passthrough':<{w}}{x:>12.2f}")
+    b = r.get("baselines")
+    if b:
+        v = b.get("versions", {})
+        lines.append(f"    baselines on Python {v.get('python')}: quixstreams "
+                     f"{v.get('quixstreams')}, confluent-kafka {v.get('confluent_kafka')} "
+                     f"(librdkafka {v.get('librdkafka')}), orjson {v.get('orjson')}")
     lines += ["", f"{'(d) end-to-end latency, ms':<34}{'p50':>9}{'p95':>9}{'p99':>9}{'max':>9}"
                   f"{'achieved/s':>12}{'entries':>9}"]
     rates: list[str] = []
@@ -123,13 +165,23 @@ def chart(r: dict, path: Path) -> None:
 
     modes = _modes(r)
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.6))
-    names = ["ceiling\n(aiokafka)", "faust noop"] + [
-        f"worker\n{m}" if m else "worker" for m, _, _ in modes]
-    vals = [r["ceiling_events_per_s"], r["faust_noop_events_per_s"]] + [
-        r["throughput"][k]["events_per_s"] for _, k, _ in modes]
-    colors = ["#999999", "#6c8ebf", "#d6792c", "#e8b07a"][:len(vals)]
+    t = r["throughput"]
+    names = ["ceiling\n(aiokafka)"] + (["librdkafka\npassthru"]
+                                       if "librdkafka_passthrough" in t else []) + ["faust noop"]
+    vals = [r["ceiling_events_per_s"]] + ([t["librdkafka_passthrough"]["events_per_s"]]
+                                          if "librdkafka_passthrough" in t else []) + [
+        r["faust_noop_events_per_s"]]
+    colors = ["#999999"] * (len(vals) - 1) + ["#6c8ebf"]
+    for name, mode in _quix(r):
+        names.append(f"Quix\n{_ABBREV.get(mode, mode)}")
+        vals.append(t[name]["events_per_s"])
+        colors.append("#59a14f" if mode == "exactly_once" else "#a0cbe8")
+    names += [f"worker\n{_ABBREV.get(m, m)}" if m else "worker" for m, _, _ in modes]
+    vals += [t[k]["events_per_s"] for _, k, _ in modes]
+    colors += ["#d6792c", "#e8b07a"][:len(modes)]
     bars = a.bar(names, vals, color=colors)
-    a.bar_label(bars, labels=[f"{v:,.0f}" for v in vals])
+    a.bar_label(bars, labels=[f"{v:,.0f}" for v in vals], fontsize=7 if len(vals) > 5 else 10)
+    a.tick_params(axis="x", labelsize=8 if len(vals) > 5 else 10)
     a.set_ylabel("events/s")
     a.set_title(f"throughput, {r['records']['throughput']:,} records, same run")
     rates: list[str] = []

@@ -3,10 +3,16 @@
     .venv/bin/python bench/run.py [--records 200000] [--rate-seconds 16]
                                   [--recovery-sessions 100000]
                                   [--modes exactly_once,at_least_once] [--other-rates 1000]
+                                  [--baselines all|none|librdkafka,quix,quix_eos,quix_alo]
+                                  [--quix-commit-interval 1.0]
 
 One run on the local broker, on fresh topics under a unique prefix (deleted at the end):
   (a) ceiling: aiokafka consume -> produce passthrough, acks=all, commit after acks
+  (a2) the same passthrough with librdkafka (confluent-kafka): bench/librdkafka_passthrough.py
   (b) a faust noop agent (concurrency=1) over the same input
+  (q) a Quix Streams pipeline doing the worker's per-session work (bench/quix_baseline.py),
+      exactly-once and at-least-once, each on its own copy of the input, topics and state,
+      measured as (c) is; (a2) and (q) run in the bench virtualenv (bench/baselines.py)
   (c) the worker draining the same preloaded input (first output -> committed lag 0)
   (d) end-to-end latency at fixed input rates, the worker running throughout
   (c) and (d) once per processing guarantee (TRANSCRIPT_PROCESSING_GUARANTEE), one after the
@@ -17,7 +23,9 @@ then `audit --strict` of all the first mode's worker wrote in (c) and (d).
 Writes bench/results/latest.json and latest.png, and prints a table. The keys of earlier runs
 (throughput.worker, latency_ms, worker_events_per_s, ratio) hold the first mode; the others
 have their own (throughput.worker_at_least_once, latency_ms_at_least_once, ...), and
-exactly_once_vs_at_least_once holds the ratios.
+exactly_once_vs_at_least_once holds the ratios. The baselines: throughput.librdkafka_passthrough,
+throughput.quix_exactly_once, throughput.quix_at_least_once, worker_vs_quix and
+worker_vs_librdkafka (ratios per worker mode) and baselines (versions, settings).
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import json
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -38,7 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import ceiling, report, worker_bench  # noqa: E402
+from bench import baselines, ceiling, report, worker_bench  # noqa: E402
 from bench.common import (  # noqa: E402
     BOOTSTRAP,
     GUARANTEES,
@@ -179,6 +188,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="the worker's processing guarantees (TRANSCRIPT_PROCESSING_GUARANTEE) "
                              "to measure, each on its own topics; the first is the default mode: "
                              "the keys of earlier runs, the audit and (e) are of it")
+    parser.add_argument("--baselines", default="all",
+                        help="baselines of issue 15 to run, comma-separated: librdkafka, "
+                             "quix_exactly_once, quix_at_least_once; quix (both), quix_eos, "
+                             "quix_alo, all (default), none")
+    parser.add_argument("--quix-commit-interval", type=float, default=1.0,
+                        help="seconds between the Quix pipeline's checkpoints (its offset "
+                             "commit; a transaction exactly-once). Quix's default is 5")
     parser.add_argument("--results", type=Path, default=RESULTS,
                         help="directory for latest.json and latest.png")
     args = parser.parse_args(argv)
@@ -186,6 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     if not modes or len(set(modes)) != len(modes) or set(modes) - set(GUARANTEES):
         parser.error(f"--modes: distinct values of {', '.join(GUARANTEES)}")
     primary = modes[0]
+    try:
+        chosen = baselines.parse(args.baselines)
+    except ValueError as exc:
+        parser.error(f"--baselines: {exc}")
 
     global T0
     wall0 = T0 = time.monotonic()
@@ -217,23 +237,50 @@ def main(argv: list[str] | None = None) -> int:
     }
     for m in modes:
         result.setdefault(latency_key(result, m), {})
+    if chosen:
+        try:
+            result["baselines"] = {"selected": chosen, "versions": baselines.versions(),
+                                   "quix_commit_interval_s": args.quix_commit_interval}
+        except Exception as exc:
+            result["missing"].append(f"baselines {', '.join(chosen)}: {exc}")
+            chosen = []
+    quix_runs = [b for b in chosen if b.startswith("quix")]
     log(f"bench run {run_id}: prefix {prefix!r}, modes {', '.join(modes)}, logs in {workdir}")
     worker: WorkerProc | None = None
     try:
         for m in modes:
             topics_apply(prefixes[m], app_ids[m])
+        for b in quix_runs:  # the deployment's topics, outputs on the broker's append time
+            topics_apply(baselines.quix_prefix(prefix, b), baselines.QUIX_APP_ID)
+            baselines.log_append_time(baselines.quix_prefix(prefix, b))
         src, dst = prefix + CONFIRMATIONS, prefix + "bench.passthrough"
         create_topic(dst)
+        if "librdkafka" in chosen:
+            create_topic(dst + "-librdkafka")
         t = time.monotonic()
         records = list(generate(n, sessions_n=2000, seed=1))
         phase(f"generated {n:,} records in {time.monotonic() - t:.1f}s; preloading")
         for m in modes:
             log(f"  preloaded for {m} in {preload(prefixes[m] + CONFIRMATIONS, records):.1f}s")
+        for b in quix_runs:
+            log(f"  preloaded for {b} in "
+                f"{preload(baselines.quix_prefix(prefix, b) + CONFIRMATIONS, records):.1f}s")
         del records
 
         phase("(a) ceiling: aiokafka passthrough")
         result["throughput"]["ceiling"] = ceiling.run(src, dst, prefix + "bench-ceiling", n)
         log(f"  {result['throughput']['ceiling']}")
+
+        if "librdkafka" in chosen:
+            phase("(a2) librdkafka passthrough (confluent-kafka)")
+            try:
+                result["throughput"]["librdkafka_passthrough"] = baselines.librdkafka(
+                    src, dst + "-librdkafka", prefix + "bench-librdkafka", n,
+                    workdir / "librdkafka.log")
+                log(f"  {result['throughput']['librdkafka_passthrough']}")
+            except Exception as exc:
+                result["missing"].append(f"librdkafka passthrough: {exc}")
+                log(traceback.format_exc())
 
         phase("(b) faust noop agent")
         try:
@@ -242,6 +289,24 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:
             result["missing"].append(f"faust noop: {exc}")
             log(traceback.format_exc())
+
+        for b in quix_runs:
+            mode = baselines.BASELINES[b]
+            qp = baselines.quix_prefix(prefix, b)
+            quix = baselines.QuixProc(qp, workdir / f"state-{baselines.SHORT[b]}",
+                                      workdir / f"{b}.log", mode, args.quix_commit_interval)
+            phase(f"(q) Quix Streams, {mode}: draining the preloaded input")
+            try:
+                r = worker_bench.throughput(quix, qp)
+                r["commit_interval_s"] = args.quix_commit_interval
+                result["throughput"][b] = r
+                log(f"  {r}")
+            except Exception as exc:
+                result["missing"].append(f"{b}: {exc}")
+                log(traceback.format_exc() + quix.tail())
+            finally:
+                if (rc := quix.stop()) not in (0, None, -signal.SIGTERM):
+                    result["missing"].append(f"{b}: exited {rc}; see {quix.log}")
 
         for m in modes:
             mp = prefixes[m]
@@ -292,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if worker is not None:
             worker.stop()
-        deleted = delete_topics(prefix)
+        deleted = delete_topics(prefix) + delete_topics("changelog__" + prefix)  # Quix's
         delete_groups(prefix)
         phase(f"cleanup: worker stopped, {len(deleted)} topics under {prefix!r} deleted")
 
@@ -308,6 +373,24 @@ def main(argv: list[str] | None = None) -> int:
         result[f"{key}_startup_s"] = round(w["startup_s"], 2)
         result["ratio" if m == primary else f"ratio_{m}"] = round(
             w["events_per_s"] / tp["ceiling"]["events_per_s"], 3)
+    for x in tp.values():
+        if "startup_s" in x and "mode" in x:  # (c) and (q): from process start to lag 0
+            x["events_per_s_incl_startup"] = x["events"] / (x["seconds"] + x["startup_s"])
+    if (rd := tp.get("librdkafka_passthrough")) is not None:
+        result["librdkafka_events_per_s"] = round(rd["events_per_s"], 1)
+        result["worker_vs_librdkafka"] = {
+            m: round(tp[worker_key(result, m)]["events_per_s"] / rd["events_per_s"], 3)
+            for m in modes if worker_key(result, m) in tp}
+    for b in quix_runs:
+        if (q := tp.get(b)) is None:
+            continue
+        result[f"{b}_events_per_s"] = round(q["events_per_s"], 1)
+        result[f"{b}_startup_s"] = round(q["startup_s"], 2)
+        mode = baselines.BASELINES[b]
+        if (w := tp.get(worker_key(result, mode)) if mode in modes else None) is not None:
+            result.setdefault("worker_vs_quix", {})[mode] = {
+                k: round(w[k] / q[k], 3) for k in ("events_per_s", "events_per_s_incl_startup",
+                                                   "events_per_s_to_last_output")}
     if {"exactly_once", "at_least_once"} <= {m for m in modes if worker_key(result, m) in tp}:
         result["exactly_once_vs_at_least_once"] = compare(result, "exactly_once",
                                                           "at_least_once")
