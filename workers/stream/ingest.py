@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 from collections import Counter, deque
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import faust
@@ -168,21 +167,3 @@ def input_topic(app: faust.App, inbox: Inbox) -> faust.TopicT:
     inbox.attach(app)
     return topic
 
-
-@dataclass(frozen=True, slots=True)
-class ChangelogMessage:
-    """A changelog record we wrote, in the shape `Store.apply_changelog_batch` reads."""
-
-    tp: TP
-    offset: int
-    key: bytes
-    value: bytes
-
-    @property
-    def partition(self) -> int:
-        return self.tp.partition
-
-
-@dataclass(frozen=True, slots=True)
-class ChangelogEvent:
-    message: ChangelogMessage

@@ -50,7 +50,8 @@ from faust.types import TP, ConsumerMessage
 from workers.ops.health import Health
 from workers.ops.metrics import Metrics
 from workers.stream.batch_send import Record, send_all
-from workers.stream.ingest import ChangelogEvent, ChangelogMessage, Inbox
+from workers.stream.ingest import Inbox
+from workers.stream.local_state import OFFSET_KEY
 from workers.stream.outputs import Source
 from workers.stream.owner import Owner
 from workers.stream.partitioning import murmur2
@@ -324,11 +325,28 @@ class Processor:
                 self._apply(state[p], offsets[-len(state[p]):])
 
     def _apply(self, records: list[Record], offsets: list[int]) -> None:
-        """Write changelog records, as written at `offsets`, to the local RocksDB."""
-        self.table.apply_changelog_batch([
-            ChangelogEvent(ChangelogMessage(TP(topic, p), offset, k, v))
-            for (topic, p, k, v, _), offset in zip(records, offsets, strict=True)
-        ])
+        """Write changelog records, as written at `offsets`, to the local RocksDB: one write
+        batch per partition that carries the partition's last offset (faust's persisted
+        offset), so a store never claims an offset it has not applied. faust's own
+        apply_changelog_batch does the same from an event object per record, which cost
+        about a tenth of a batch."""
+        import rocksdict
+
+        batches: dict[int, Any] = {}
+        last: dict[int, int] = {}
+        for (_, partition, key, value, _), offset in zip(records, offsets, strict=True):
+            batch = batches.get(partition)
+            if batch is None:
+                batch = batches[partition] = rocksdict.WriteBatch(raw_mode=True)
+            if value is None:
+                batch.delete(key)
+            else:
+                batch.put(key, value)
+            last[partition] = max(offset, last.get(partition, offset))
+        db_for = self.table.data._db_for_partition
+        for partition, batch in batches.items():
+            batch.put(OFFSET_KEY, str(last[partition]).encode())
+            db_for(partition).write(batch)
 
 
 def _skipped(m: ConsumerMessage, first: int) -> list[ConsumerMessage]:
