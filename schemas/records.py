@@ -10,15 +10,16 @@ BaseModel); it is read and written as `schema`.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from pydantic import (
     AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
-    Strict,
     StringConstraints,
     ValidationInfo,
     field_validator,
@@ -40,19 +41,43 @@ TIMESTAMP_RANGE = f"{MIN_TIMESTAMP:%Y-%m-%dT%H:%M:%SZ}..{MAX_TIMESTAMP:%Y-%m-%dT
 # 0001 or 9999 in a connector; the edge checks the instant exactly.
 _YEAR_PATTERN = "^(1969|19[7-9][0-9]|2[0-9]{3}|3000)-"
 
-# RFC 3339 with a UTC offset: strict, so a JSON number is not taken as a unix time, and
-# aware, so a naive timestamp (no offset) is rejected rather than guessed. The range is
-# checked by pydantic-core on the instant (offset applied, no Python datetime arithmetic,
-# so no OverflowError); the value keeps the offset it was given.
+# RFC 3339's date-time (section 5.6; a space for the T, as its note allows). pydantic-core's
+# parser alone also takes a string of digits as a unix time ("1700000000"), minutes without
+# seconds, a comma before the fraction and offsets without a colon (+0100): none is RFC 3339.
+_DATE_TIME = (r"[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?"
+              r"([Zz]|[+-][0-9]{2}:[0-9]{2})$")
+# the JSON Schema's pattern: the year range too; at the edge the range is checked on the
+# instant, so a year out of range gets that reason, not this one
+RFC3339_PATTERN = _YEAR_PATTERN + _DATE_TIME
+# at the edge the offset may be missing here: the aware check then says so ("needs a UTC offset")
+_RFC3339 = re.compile(r"^[0-9]{4}-" + _DATE_TIME.replace(")$", ")?$"))
+RFC3339_REASON = "not an RFC 3339 timestamp (YYYY-MM-DDTHH:MM:SS[.fraction] and Z or ±HH:MM)"
+
+
+def _rfc3339(value: object) -> object:
+    """Only text spelled as RFC 3339 is parsed (or a datetime built in Python): never a JSON
+    number as a unix time."""
+    if isinstance(value, str):
+        if _RFC3339.match(value) is None:
+            raise ValueError(RFC3339_REASON)
+    elif not isinstance(value, datetime):
+        raise ValueError(RFC3339_REASON)
+    return value
+
+
+# RFC 3339 with a UTC offset: spelled so (_rfc3339), and aware, so a naive timestamp (no
+# offset) is rejected rather than guessed. The range is checked by pydantic-core on the
+# instant (offset applied, no Python datetime arithmetic, so no OverflowError); the value
+# keeps the offset it was given.
 Timestamp = Annotated[
     AwareDatetime,
-    Strict(),
     Field(
         ge=MIN_TIMESTAMP,
         le=MAX_TIMESTAMP,
         description=f"RFC 3339 timestamp with offset, within {TIMESTAMP_RANGE} once in UTC",
-        json_schema_extra={"pattern": _YEAR_PATTERN},
+        json_schema_extra={"pattern": RFC3339_PATTERN},
     ),
+    BeforeValidator(_rfc3339),  # after the constraints: they stay the datetime's own
 ]
 AgentId = Annotated[str, StringConstraints(pattern=AGENT_ID_PATTERN)]
 SendId = Annotated[str, StringConstraints(min_length=1, max_length=512)]

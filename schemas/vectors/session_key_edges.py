@@ -428,10 +428,11 @@ TIMESTAMPS: list[tuple[str, str | None]] = [
     ("2026-05-01T12:00:00Z ", None),
     ("", None),
     ("now", None),
-    # Python accepts, the JSON Schema (RFC 3339 date-time) and so the builder do not
-    ("2026-05-01T12:00Z", "invalid"),
-    ("2026-05-01T12:00:00,5Z", "invalid"),
-    ("2026-05-01T12:00:00+0100", "invalid"),
-    ("2026-05-01_12:00:00Z", "invalid"),
-    ("1700000000", "invalid"),
+    # not RFC 3339: Python accepted them until its edge checked the spelling (schemas.records
+    # _rfc3339); the builder never did
+    ("2026-05-01T12:00Z", None),
+    ("2026-05-01T12:00:00,5Z", None),
+    ("2026-05-01T12:00:00+0100", None),
+    ("2026-05-01_12:00:00Z", None),
+    ("1700000000", None),
 ]

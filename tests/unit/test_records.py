@@ -232,3 +232,27 @@ def test_check_exits_1_when_a_file_is_stale_missing_or_extra(tmp_path: Path) -> 
 
 def test_generation_is_stable() -> None:
     assert render_all() == render_all()
+
+
+@pytest.mark.parametrize("text", [
+    "1700000000",  # pydantic-core alone takes digits as a unix time
+    "2026-05-01T12:00Z",  # no seconds
+    "2026-05-01T12:00:00,5Z",  # a comma before the fraction
+    "2026-05-01T12:00:00+0100",  # an offset without its colon
+    "2026-05-01_12:00:00Z",
+    "2026-05-01T12:00:00Z\n",
+])
+def test_a_timestamp_not_spelled_as_rfc_3339_is_invalid(text: str) -> None:
+    for record, field in ((confirmation(confirmed_at=text), "confirmed_at"),
+                          (reset(reset_at=text), "reset_at")):
+        parsed = parse_input(dumps(record))
+        assert isinstance(parsed, Invalid), text
+        assert parsed.reason.startswith(f"{field}: not an RFC 3339 timestamp"), parsed.reason
+
+
+@pytest.mark.parametrize("text", [
+    "2026-05-01T12:00:00Z", "2026-05-01t12:00:00z", "2026-05-01 12:00:00Z",
+    "2026-05-01T12:00:00.123456789-05:30", "2026-05-01T12:00:00+00:00",
+])
+def test_rfc_3339_spellings_are_valid(text: str) -> None:
+    assert isinstance(parse_input(dumps(confirmation(confirmed_at=text))), DeliveryConfirmation)
