@@ -142,6 +142,11 @@ def table(r: dict) -> str:
         lines += ["", f"{what} after (c) and (d): {'clean' if a['clean'] else 'NOT CLEAN'} "
                       f"({a['expected_entries']:,} entries expected, {a['actual_entries']:,} "
                       f"read, {a['discrepancies']} discrepancies, {reps}; {a['seconds']}s)"]
+    sk = r.get("sink")
+    if sk:
+        lines += ["", f"(f) sink sqlite --until-end over those entries: {sk['rows']:,} rows "
+                      f"({sk['skipped']} skipped) in {sk['seconds']}s incl. start-up = "
+                      f"{sk['rows_per_s']:,.0f} rows/s"]
     rec = r["recovery_s"]
     mode = f", {r['processing_guarantee']}," if r.get("processing_guarantee") else ""
     lines += [

@@ -19,7 +19,8 @@ One run on the local broker, on fresh topics under a unique prefix (deleted at t
       other, each worker on its own topics (the same input preloaded on each) so that neither
       sees the other's output; the first mode (exactly_once) on the prefix (a) and (b) read
   (e) recovery of the first mode: restart with local RocksDB state kept, and with it wiped
-then `audit --strict` of all the first mode's worker wrote in (c) and (d).
+then `audit --strict` of all the first mode's worker wrote in (c) and (d), and (f) the SQLite
+sink (`sink sqlite --until-end`) over the same entries.
 Writes bench/results/latest.json and latest.png, and prints a table. The keys of earlier runs
 (throughput.worker, latency_ms, worker_events_per_s, ratio) hold the first mode; the others
 have their own (throughput.worker_at_least_once, latency_ms_at_least_once, ...), and
@@ -130,6 +131,26 @@ def audit(prefix: str, timeout: float = 600) -> dict:
             "actual_entries": report["actual_entries"], "repeats": report["repeats"],
             "diagnostic_repeats": report.get("diagnostic_repeats"),
             "discrepancies": sum(report["discrepancies"].values())}
+
+
+def sink(prefix: str, workdir: Path, timeout: float = 600) -> dict:
+    """(f) `transcript-owner sink sqlite DB --until-end` over everything the worker wrote:
+    rows per second from process start to caught up, and the rows it holds."""
+    import sqlite3
+
+    db = workdir / "sink.db"
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "workers", "sink", "sqlite", str(db),
+                           "--until-end"], cwd=ROOT, env=env_for(prefix), capture_output=True,
+                          timeout=timeout)
+    seconds = time.monotonic() - began
+    if done.returncode != 0:
+        raise RuntimeError(f"sink exited {done.returncode}: {done.stderr.decode()[-2000:]}")
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT count(*) FROM entries").fetchone()[0]
+        skipped = conn.execute("SELECT count(*) FROM skipped").fetchone()[0]
+    return {"rows": rows, "skipped": skipped, "seconds": round(seconds, 2),
+            "rows_per_s": rows / seconds}
 
 
 def delete_groups(prefix: str) -> None:
@@ -343,6 +364,18 @@ def main(argv: list[str] | None = None) -> int:
                 result["missing"].append("audit: NOT clean")
         except Exception as exc:
             result["missing"].append(f"audit: {exc}")
+            log(traceback.format_exc())
+
+        phase("(f) the SQLite sink over every entry the worker wrote (--until-end)")
+        try:
+            result["sink"] = sink(prefix, workdir)
+            log(f"  {result['sink']}")
+            audited = result.get("audit", {}).get("actual_entries")
+            if audited is not None and result["sink"]["rows"] != audited:
+                result["missing"].append(f"sink: {result['sink']['rows']} rows, the audit "
+                                         f"read {audited} entries")
+        except Exception as exc:
+            result["missing"].append(f"sink: {exc}")
             log(traceback.format_exc())
 
         phase(f"(e) recovery, {primary}, with {args.recovery_sessions:,} sessions of state")

@@ -1,0 +1,556 @@
+"""`transcript-owner sink sqlite PATH`: materialise `transcript.entries` into SQLite, exactly once.
+
+A gateway reads its sessions from its own SQLite store, not by scanning the compacted topic per
+request. The sink consumes the entries topic read_committed (what a transcript reader sees:
+never an aborted batch of the worker) and keeps table `entries` equal to the topic's latest
+value per key:
+
+    entries(session_key, epoch, seq, entry_id, send_id, entry_json)
+        UNIQUE(session_key, seq), UNIQUE(session_key, send_id)
+    offsets(topic, partition, next_offset)       the next offset to consume, per partition
+    skipped(topic, partition, offset, reason)    records that were not materialised, and why
+
+Exactly once, through kill -9: each poll batch is one SQLite transaction holding the batch's
+rows *and* each partition's next offset. At start every partition is sought to the offset
+stored in the database, never to a consumer group's committed offset, so a crash before the
+commit re-reads the batch (nothing lost) and a crash after it reads on from the batch's end
+(nothing repeated). Writes are upserts keyed by (session_key, seq), so even a batch applied
+twice (it cannot be) would leave the same rows.
+
+A tombstone (value None) deletes the row of its key (`<session_key>#<seq>`). A record that is
+not a valid `transcript-entry/1` (not JSON, a missing or wrong field, a key that does not name
+the entry's session and seq), or an entry whose send_id the session already holds under another
+seq, is skipped: one row in `skipped` (the reason names the field and the problem, never
+message text), counted in the periodic report and logged at WARNING without content; the sink
+goes on.
+
+Partitions: by default an instance assigns itself every partition of the topic (no consumer
+group: the offsets live in the database), so each database is a complete copy and gateways
+scale by each running its own sink and database. With `--group NAME` the instances join the
+consumer group `<prefix>NAME` and split the partitions; they must then share one database file
+(on one host: SQLite's locking does not hold on network file systems). The group only assigns
+partitions: each assigned partition is sought to the database's offset, and the group's
+committed offsets (written after each SQLite commit, for lag monitoring) are never read. Every
+offset write is a compare-and-set against the offset this process last saw, so a process whose
+partition moved to another (a stalled member) cannot write a batch over the new owner's: its
+transaction rolls back and it re-seeks.
+
+SIGTERM (or Ctrl-C): the batch in hand is finished and committed, then the sink exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import signal
+import sqlite3
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from pydantic import ValidationError
+
+from schemas import TranscriptEntry
+
+log = logging.getLogger("transcript_owner.sink")
+
+SCHEMA_VERSION = 1  # PRAGMA user_version of a sink database
+POLL_TIMEOUT_MS = 500
+MAX_BATCH = 5000  # records per poll, so per SQLite transaction
+REPORT_EVERY_S = 10.0
+PARTITIONS_CHECK_EVERY_S = 60.0  # manual assignment: partitions added to the topic are picked up
+BUSY_TIMEOUT_MS = 30_000  # another process holding the write lock (a group sharing the file)
+MAX_REASON = 300
+
+DDL = """
+CREATE TABLE IF NOT EXISTS entries (
+    session_key TEXT NOT NULL,
+    epoch       INTEGER NOT NULL,
+    seq         INTEGER NOT NULL,
+    entry_id    TEXT NOT NULL,
+    send_id     TEXT NOT NULL,
+    entry_json  TEXT NOT NULL,
+    UNIQUE (session_key, seq),
+    UNIQUE (session_key, send_id)
+);
+CREATE TABLE IF NOT EXISTS offsets (
+    topic       TEXT NOT NULL,
+    partition   INTEGER NOT NULL,
+    next_offset INTEGER NOT NULL,
+    PRIMARY KEY (topic, partition)
+);
+CREATE TABLE IF NOT EXISTS skipped (
+    topic       TEXT NOT NULL,
+    partition   INTEGER NOT NULL,
+    "offset"    INTEGER NOT NULL,
+    reason      TEXT NOT NULL,
+    PRIMARY KEY (topic, partition, "offset")
+);
+"""
+
+UPSERT = (
+    "INSERT INTO entries (session_key, epoch, seq, entry_id, send_id, entry_json) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_key, seq) DO UPDATE SET "
+    "epoch = excluded.epoch, entry_id = excluded.entry_id, send_id = excluded.send_id, "
+    "entry_json = excluded.entry_json"
+)
+DELETE = "DELETE FROM entries WHERE session_key = ? AND seq = ?"
+SKIP = 'INSERT OR REPLACE INTO skipped (topic, partition, "offset", reason) VALUES (?, ?, ?, ?)'
+
+_KEY = re.compile(r"^(?P<session>.+)#(?P<seq>[0-9]{10,})$", re.DOTALL)
+
+
+class SinkError(Exception):
+    """A reason the sink cannot run (exit 2, one line)."""
+
+
+# --- what one record does to the table (pure) ----------------------------------------------
+
+
+class Upsert(NamedTuple):
+    session_key: str
+    epoch: int
+    seq: int
+    entry_id: str
+    send_id: str
+    entry_json: str
+
+
+class Delete(NamedTuple):
+    session_key: str
+    seq: int
+
+
+class Skip(NamedTuple):
+    reason: str
+
+
+def parse_key(key: bytes | None) -> tuple[str, int] | Skip:
+    """`<session_key>#<seq, 10 digits>` -> (session_key, seq)."""
+    if key is None:
+        return Skip("key: missing")
+    try:
+        text = key.decode("utf-8")
+    except UnicodeDecodeError:
+        return Skip("key: not UTF-8")
+    m = _KEY.match(text)
+    if m is None:
+        return Skip("key: not <session_key>#<seq, 10 digits>")
+    return m["session"], int(m["seq"])
+
+
+def classify(key: bytes | None, value: bytes | None) -> Upsert | Delete | Skip:
+    """The row change one record of `transcript.entries` makes (never raises)."""
+    parsed = parse_key(key)
+    if isinstance(parsed, Skip):
+        return parsed
+    session_key, seq = parsed
+    if value is None:
+        return Delete(session_key, seq)
+    try:
+        entry = TranscriptEntry.model_validate_json(value)
+    except ValidationError as exc:
+        return Skip(_validation_reason(exc))
+    except Exception as exc:  # noqa: BLE001  (a record must never stop the sink)
+        return Skip(f"value: {type(exc).__name__}")
+    if entry.session_key != session_key or entry.seq != seq:
+        return Skip("key: does not match the entry's session_key and seq")
+    try:
+        entry_json = value.decode("utf-8")
+    except UnicodeDecodeError:  # pydantic accepted it, so this cannot happen; still no crash
+        return Skip("value: not UTF-8")
+    return Upsert(session_key, entry.epoch, seq, entry.entry_id, entry.send_id, entry_json)
+
+
+def _validation_reason(exc: ValidationError) -> str:
+    """Field and problem type of each error, never the input (it can be message text)."""
+    parts = []
+    for e in exc.errors(include_input=False, include_url=False):
+        loc = ".".join(str(p) for p in e["loc"]) or "value"
+        parts.append(f"{loc}: {e['type']}")
+    reason = "; ".join(parts[:5]) + (f"; +{len(parts) - 5} more" if len(parts) > 5 else "")
+    return ("invalid entry: " + reason)[:MAX_REASON]
+
+
+# --- the database ----------------------------------------------------------------------------
+
+
+class OffsetConflict(Exception):
+    """Another process moved a partition's stored offset: this batch must not be applied."""
+
+    def __init__(self, partitions: list[int]) -> None:
+        super().__init__(f"partitions {partitions}")
+        self.partitions = partitions
+
+
+@dataclass
+class Applied:
+    upserted: int = 0
+    deleted: int = 0
+    skipped: int = 0
+    offsets: dict[int, int] = field(default_factory=dict)  # partition -> next offset stored
+
+
+class SinkDB:
+    """A sink database: WAL, synchronous NORMAL or FULL, one writer transaction per batch."""
+
+    def __init__(self, path: str | Path, topic: str, *, synchronous: str = "normal") -> None:
+        self.path, self.topic = str(path), topic
+        try:
+            self.db = sqlite3.connect(self.path, isolation_level=None,
+                                      timeout=BUSY_TIMEOUT_MS / 1000)
+            self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, SCHEMA_VERSION):
+                raise SinkError(f"{self.path}: sink database version {version}, this sink "
+                                f"writes version {SCHEMA_VERSION}")
+            mode = self.db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if mode.lower() != "wal":
+                raise SinkError(f"{self.path}: cannot use WAL mode (journal_mode {mode})")
+            self.db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+            self.db.executescript(
+                f"BEGIN IMMEDIATE; {DDL} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
+        except sqlite3.DatabaseError as exc:
+            raise SinkError(f"{self.path}: {exc}") from None
+        others = [t for (t,) in self.db.execute("SELECT DISTINCT topic FROM offsets")
+                  if t != topic]
+        if others:
+            raise SinkError(f"{self.path} holds entries of topic {others[0]}, not {topic} "
+                            "(another TRANSCRIPT_TOPIC_PREFIX?)")
+
+    def close(self) -> None:
+        self.db.close()
+
+    def offsets(self, partitions: Iterable[int] | None = None) -> dict[int, int]:
+        rows = self.db.execute(
+            "SELECT partition, next_offset FROM offsets WHERE topic = ?", (self.topic,))
+        found = dict(rows.fetchall())
+        return found if partitions is None else {p: found[p] for p in partitions if p in found}
+
+    def counts(self) -> tuple[int, int]:
+        rows = self.db.execute("SELECT count(*) FROM entries").fetchone()[0]
+        skipped = self.db.execute("SELECT count(*) FROM skipped WHERE topic = ?",
+                                  (self.topic,)).fetchone()[0]
+        return rows, skipped
+
+    def reset(self) -> None:
+        """`--from-beginning`: forget every row and offset in one transaction."""
+        with self._transaction():
+            self.db.execute("DELETE FROM entries")
+            self.db.execute("DELETE FROM offsets")
+            self.db.execute("DELETE FROM skipped")
+
+    def apply(self, batch: dict[int, list[Any]], expected: dict[int, int | None]) -> Applied:
+        """One transaction: every record of `batch` (partition -> records in offset order) and
+        each partition's next offset, stored only where the database still holds `expected`
+        (what this process last read or wrote; None: nothing yet). Raises OffsetConflict, having
+        rolled everything back, when another process moved one of them."""
+        done = Applied()
+        with self._transaction():
+            conflicts = []
+            for partition, records in batch.items():
+                if not records:
+                    continue
+                new = records[-1].offset + 1
+                if not self._store_offset(partition, expected.get(partition), new):
+                    conflicts.append(partition)
+                done.offsets[partition] = new
+            if conflicts:
+                raise OffsetConflict(conflicts)
+            for partition, records in batch.items():
+                for r in records:
+                    self._apply_one(partition, r, done)
+        return done
+
+    def _store_offset(self, partition: int, expected: int | None, new: int) -> bool:
+        if expected is None:
+            cur = self.db.execute(
+                "INSERT OR IGNORE INTO offsets (topic, partition, next_offset) VALUES (?, ?, ?)",
+                (self.topic, partition, new))
+        else:
+            cur = self.db.execute(
+                "UPDATE offsets SET next_offset = ? WHERE topic = ? AND partition = ? "
+                "AND next_offset = ?", (new, self.topic, partition, expected))
+        return cur.rowcount == 1
+
+    def _apply_one(self, partition: int, r: Any, done: Applied) -> None:
+        change = classify(r.key, r.value)
+        if isinstance(change, Upsert):
+            try:
+                self.db.execute(UPSERT, change)
+                done.upserted += 1
+                return
+            except sqlite3.IntegrityError:  # the send_id is stored under another seq
+                held = self.db.execute(
+                    "SELECT seq FROM entries WHERE session_key = ? AND send_id = ?",
+                    (change.session_key, change.send_id)).fetchone()
+                where = f"seq {held[0]}" if held else "another row"
+                change = Skip(f"send_id: the session already holds it at {where}")
+        if isinstance(change, Delete):
+            self.db.execute(DELETE, change)
+            done.deleted += 1
+            return
+        self.db.execute(SKIP, (self.topic, partition, r.offset, change.reason))
+        done.skipped += 1
+        log.warning("skipped the record at %s[%d]@%d: %s", self.topic, partition, r.offset,
+                    change.reason)
+        log.debug("skipped record key=%r value=%r", r.key, (r.value or b"")[:200])
+
+    class _Txn:
+        def __init__(self, db: sqlite3.Connection) -> None:
+            self.db = db
+
+        def __enter__(self) -> None:
+            self.db.execute("BEGIN IMMEDIATE")  # the write lock first: the offset check holds
+
+        def __exit__(self, exc_type, exc, tb) -> bool:
+            self.db.execute("ROLLBACK" if exc_type else "COMMIT")
+            return False
+
+    def _transaction(self) -> SinkDB._Txn:
+        return SinkDB._Txn(self.db)
+
+
+# --- the command -----------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("kind", choices=["sqlite"], help="the store (only sqlite)")
+    parser.add_argument("path", metavar="PATH", help="the SQLite database (created if missing)")
+    parser.add_argument(
+        "--group", metavar="NAME",
+        help="join consumer group <prefix>NAME and share the partitions with its other "
+             "members, which must use the same database file; default: this instance "
+             "assigns itself every partition (no group)")
+    parser.add_argument(
+        "--from-beginning", action="store_true",
+        help="rebuild: delete every row and stored offset, then read every partition from "
+             "its start")
+    parser.add_argument(
+        "--until-end", action="store_true",
+        help="exit 0 once every partition is consumed up to its end offset at start (a "
+             "one-shot catch-up; not with --group)")
+    parser.add_argument(
+        "--synchronous", choices=["normal", "full"], default="normal",
+        help="SQLite synchronous mode (WAL either way; default normal: a power loss can roll "
+             "back the last batches, rows and offsets together, and they are consumed again)")
+
+
+class _Stop:
+    def __init__(self) -> None:
+        self.requested = False
+
+    def __call__(self, signum, frame) -> None:  # noqa: ANN001
+        self.requested = True
+
+
+def run(args: argparse.Namespace) -> int:
+    from workers.settings import kafka_settings, worker_settings
+
+    ks, ws = kafka_settings(), worker_settings()
+    level = getattr(logging, ws.log_level.upper())
+    logging.basicConfig(level=level,
+                        format="[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s")
+    logging.getLogger("kafka").setLevel(max(level, logging.WARNING))  # its connection chatter
+    topic = ks.topic(_entries())
+    stop = _Stop()
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        db = SinkDB(args.path, topic, synchronous=args.synchronous)
+    except SinkError as exc:
+        print(f"sink: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if args.from_beginning:
+            db.reset()
+            log.info("--from-beginning: every row and stored offset of %s deleted", args.path)
+        if args.until_end and args.group:
+            raise SinkError("--until-end reads every partition: it does not go with --group")
+        return Sink(ks, db, topic, group=args.group, stop=stop, until_end=args.until_end).run()
+    except SinkError as exc:
+        print(f"sink: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        db.close()
+
+
+def _entries() -> str:
+    from workers.stream.outputs import ENTRIES
+
+    return ENTRIES
+
+
+class Sink:
+    """The consume loop: poll a batch, apply it in one transaction, repeat until stopped."""
+
+    def __init__(self, ks, db: SinkDB, topic: str, *, group: str | None, stop: _Stop,  # noqa: ANN001
+                 until_end: bool = False) -> None:
+        self.ks, self.db, self.topic, self.stop = ks, db, topic, stop
+        self.until_end: dict | None = {} if until_end else None  # TopicPartition -> end offset
+        self.group = f"{ks.topic_prefix}{group}" if group else None
+        self.expected: dict[int, int | None] = {}  # partition -> offset the db holds, as seen
+        self.totals = Applied()
+        self.conflicts = 0
+        self._t0 = time.monotonic()
+        self.lock = threading.Lock()  # --group: the rebalance listener runs on another thread
+        self.pending: set[int] = set()
+
+    def run(self) -> int:
+        from kafka import ConsumerRebalanceListener
+
+        from workers.kafka_io import consumer
+
+        options: dict[str, Any] = dict(max_poll_records=MAX_BATCH)
+        if self.group:
+            options.update(group_id=self.group)
+        self.consumer = c = consumer(self.ks, **options)
+        try:
+            parts = c.partitions_for_topic(self.topic)
+            if not parts:
+                raise SinkError(f"topic {self.topic} does not exist (run `topics apply`)")
+            if self.group:
+                sink = self
+
+                class Listener(ConsumerRebalanceListener):
+                    """Runs on kafka-python's I/O thread, where neither the database (bound to
+                    the main thread) nor a blocking consumer call may be used: it pauses what
+                    it was given, and the main loop seeks it to the database's offsets."""
+
+                    def on_partitions_revoked(self, revoked) -> None:  # noqa: ANN001
+                        with sink.lock:
+                            for tp in revoked:
+                                sink.expected.pop(tp.partition, None)
+                                sink.pending.discard(tp.partition)
+
+                    def on_partitions_assigned(self, assigned) -> None:  # noqa: ANN001
+                        c.pause(*assigned)
+                        with sink.lock:
+                            sink.pending.update(tp.partition for tp in assigned)
+
+                c.subscribe(topics=[self.topic], listener=Listener())
+                log.info("consuming %s into %s as a member of group %s", self.topic,
+                         self.db.path, self.group)
+            else:
+                self._assign(sorted(parts))
+                log.info("consuming all %d partitions of %s into %s", len(parts), self.topic,
+                         self.db.path)
+            self._loop()
+        finally:
+            # kafka-python 3.0 can log a traceback from its I/O thread while closing (a socket
+            # already gone); the sink's work is committed by then
+            logging.getLogger("kafka").setLevel(logging.CRITICAL)
+            c.close()
+        self._report(final=True)
+        return 0
+
+    def _assign(self, parts: list[int]) -> None:
+        from kafka import TopicPartition
+
+        self.consumer.assign([TopicPartition(self.topic, p) for p in parts])
+        self._seek(parts)
+
+    def _caught_up(self) -> bool:
+        """--until-end: every partition's position has reached its end offset at start."""
+        c = self.consumer
+        if not self.until_end:
+            self.until_end = c.end_offsets(list(c.assignment()))
+        return all(c.position(tp) >= end for tp, end in self.until_end.items())
+
+    def _seek(self, parts: list[int]) -> None:
+        """Each partition to the offset the database holds (its start when it holds none)."""
+        from kafka import TopicPartition
+
+        c = self.consumer
+        tps = [TopicPartition(self.topic, p) for p in parts]
+        stored = self.db.offsets(parts)
+        starts, ends = c.beginning_offsets(tps), c.end_offsets(tps)
+        for tp in tps:
+            offset = stored.get(tp.partition)
+            self.expected[tp.partition] = offset
+            if offset is None:
+                c.seek(tp, starts[tp])
+                continue
+            if offset > ends[tp]:
+                raise SinkError(
+                    f"{self.db.path} has consumed {self.topic}[{tp.partition}] up to offset "
+                    f"{offset}, beyond its end {ends[tp]}: the topic was recreated; rebuild "
+                    "with --from-beginning")
+            if offset < starts[tp]:
+                log.warning("%s[%d]: stored offset %d is before the log start %d (records "
+                            "deleted); reading on from the log start", self.topic,
+                            tp.partition, offset, starts[tp])
+                offset = starts[tp]
+            c.seek(tp, offset)
+
+    def _loop(self) -> None:
+        c = self.consumer
+        last_report = last_check = time.monotonic()
+        while not self.stop.requested:
+            if self.until_end is not None and self._caught_up():
+                log.info("caught up with the end offsets at start (--until-end)")
+                break
+            polled = c.poll(timeout_ms=POLL_TIMEOUT_MS, max_records=MAX_BATCH)
+            if self.pending:  # --group: partitions just assigned, paused until sought
+                with self.lock:
+                    parts, self.pending = sorted(self.pending), set()
+                polled = {tp: r for tp, r in polled.items() if tp.partition not in parts}
+                self._seek(parts)
+                from kafka import TopicPartition
+
+                c.resume(*(TopicPartition(self.topic, p) for p in parts))
+                log.info("assigned partitions %s, sought to the offsets in %s", parts,
+                         self.db.path)
+            if polled:
+                batch = {tp.partition: recs for tp, recs in polled.items()}
+                try:
+                    done = self.db.apply(batch, self.expected)
+                except OffsetConflict as exc:
+                    self.conflicts += 1
+                    log.warning("%s: partitions %s were written by another process; this "
+                                "batch was rolled back, re-reading from the stored offsets",
+                                self.db.path, exc.partitions)
+                    self._seek(exc.partitions)
+                    continue
+                self.expected.update(done.offsets)
+                self.totals.upserted += done.upserted
+                self.totals.deleted += done.deleted
+                self.totals.skipped += done.skipped
+                if self.group:
+                    self._commit_to_group(done.offsets)
+            now = time.monotonic()
+            if now - last_report >= REPORT_EVERY_S:
+                self._report()
+                last_report = now
+            if not self.group and now - last_check >= PARTITIONS_CHECK_EVERY_S:
+                last_check = now
+                parts = c.partitions_for_topic(self.topic) or set()
+                if parts - set(self.expected):
+                    log.info("%s has %d partitions now; assigning them all", self.topic,
+                             len(parts))
+                    self._assign(sorted(parts))
+
+    def _commit_to_group(self, offsets: dict[int, int]) -> None:
+        """For lag monitoring only: positions come from the database."""
+        from kafka import TopicPartition
+        from kafka.structs import OffsetAndMetadata
+
+        try:
+            self.consumer.commit_async({
+                TopicPartition(self.topic, p): OffsetAndMetadata(o, "", -1)
+                for p, o in offsets.items()})
+        except Exception as exc:  # noqa: BLE001  (a rebalance in progress: next batch commits)
+            log.debug("group commit skipped: %s", type(exc).__name__)
+
+    def _report(self, final: bool = False) -> None:
+        t = self.totals
+        elapsed = max(time.monotonic() - self._t0, 1e-9)
+        log.info("%s%d rows written, %d deleted, %d records skipped (invalid; see table "
+                 "skipped), %d offset conflicts; %.0f records/s", "stopped: " if final else "",
+                 t.upserted, t.deleted, t.skipped, self.conflicts,
+                 (t.upserted + t.deleted + t.skipped) / elapsed)
