@@ -15,7 +15,13 @@ from typing import Annotated, Any
 import pydantic_core
 from pydantic import Field, TypeAdapter, ValidationError
 
-from schemas.records import TIMESTAMP_RANGE, DeliveryConfirmation, InputRecord, SessionReset
+from schemas.records import (
+    TIMESTAMP_RANGE,
+    DeliveryConfirmation,
+    InputRecord,
+    SessionErase,
+    SessionReset,
+)
 
 MAX_RECORD_BYTES = 1 << 20  # 1 MiB; larger records are dead-lettered unread
 JSON_DEPTH_LIMIT = 200  # pydantic-core's JSON parser reads no deeper (its recursion limit)
@@ -35,7 +41,7 @@ class Invalid:
 # without trying each in turn, and parses the bytes in one pass. Called directly: the
 # TypeAdapter's validate_json adds a Python layer per record.
 _INPUT = TypeAdapter(
-    Annotated[DeliveryConfirmation | SessionReset, Field(discriminator="schema_")]
+    Annotated[DeliveryConfirmation | SessionReset | SessionErase, Field(discriminator="schema_")]
 ).validator
 
 

@@ -227,6 +227,41 @@ class SessionReset(Record):
     reason: str | None = None
 
 
+# --- session-erase/1 and session-erasure/1 ----------------------------------------------
+
+ReasonText = Annotated[str, StringConstraints(max_length=1000)]
+
+
+class SessionErase(Record):
+    """Erase a session (`transcript-owner forget`): its entries and its state are tombstoned.
+
+    Travels on the input topic, keyed like the session's confirmations, so that it is ordered
+    with them. `reason` is the operator's; it is copied into the erasure record, never logged
+    above debug.
+    """
+
+    schema_: Literal["session-erase/1"] = Field(alias="schema")
+    session_key: str
+    erased_at: Timestamp
+    reason: ReasonText | None = None
+
+
+class SessionErasure(Record):
+    """What an erasure did, as the worker records it in `transcript.erasures` (key: the
+    session key), in the transaction that wrote the tombstones. No content of the session.
+
+    Entries `<session_key>#<seq>` for seq 1..`through_seq` were tombstoned; the session goes
+    on in `epoch`, and a confirmation confirmed at or before `erased_at` is not written.
+    """
+
+    schema_: Literal["session-erasure/1"] = Field(alias="schema")
+    session_key: str
+    erased_at: Timestamp
+    reason: ReasonText | None = None
+    epoch: Annotated[int, Field(ge=0)]
+    through_seq: Annotated[int, Field(ge=0)]
+
+
 # --- transcript-entry/1 -------------------------------------------------------------------
 
 
@@ -284,12 +319,14 @@ class Diagnostic(Record):
     at: Timestamp
 
 
-InputRecord = DeliveryConfirmation | SessionReset
+InputRecord = DeliveryConfirmation | SessionReset | SessionErase
 
 # record name (file stem under schemas/json/) -> model, for the generator and the docs
 RECORDS: dict[str, type[Record]] = {
     "delivery-confirmation": DeliveryConfirmation,
     "session-reset": SessionReset,
+    "session-erase": SessionErase,
+    "session-erasure": SessionErasure,
     "transcript-entry": TranscriptEntry,
     "diagnostic": Diagnostic,
 }
@@ -318,6 +355,8 @@ __all__ = [
     "Receipt",
     "Record",
     "Route",
+    "SessionErase",
+    "SessionErasure",
     "SessionReset",
     "Subagent",
     "TIMESTAMP_RANGE",

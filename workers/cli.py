@@ -32,6 +32,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("workers.commands.doctor", "migrate scheduled jobs to the two job modes (Rule 2)"),
     "render": ("workers.commands.render",
                "render a session's history as one provider family's request"),
+    "forget": ("workers.commands.forget",
+               "erase a session: tombstones, recorded in transcript.erasures"),
     "sink": ("workers.commands.sink",
              "materialise transcript.entries into a SQLite database, exactly once"),
 }

@@ -203,6 +203,8 @@ WORKER_ENV = {
     "TRANSCRIPT_PROCESSING_GUARANTEE": "processing_guarantee",
     "TRANSCRIPT_SHUTDOWN_TIMEOUT_S": "shutdown_timeout_s",
     "TRANSCRIPT_TRANSACTION_TIMEOUT_S": "transaction_timeout_s",
+    "TRANSCRIPT_CHECKPOINT_INTERVAL_S": "checkpoint_interval_s",
+    "TRANSCRIPT_CHECKPOINT_KEEP": "checkpoint_keep",
 }
 
 
@@ -237,6 +239,11 @@ class WorkerSettings(BaseModel):
     # an open transaction of a worker that died is aborted after this (or at once, when the
     # partition's next owner starts); read_committed readers wait for it until then
     transaction_timeout_s: float = Field(default=60.0, ge=1.0, le=900, allow_inf_nan=False)
+    # audit past input retention (workers.stream.checkpoints): a copy of each partition's state
+    # per interval, `keep` of them (interval x keep must exceed the input's retention)
+    checkpoint_interval_s: float = Field(default=86400.0, ge=0.1, le=7 * 86400,
+                                         allow_inf_nan=False)
+    checkpoint_keep: int = Field(default=9, ge=1, le=1000)
 
 
 def worker_settings(environ: Mapping[str, str] | None = None) -> WorkerSettings:

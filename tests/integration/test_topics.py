@@ -16,8 +16,8 @@ from workers.settings import kafka_settings
 pytestmark = pytest.mark.kafka
 
 NAMES = ["delivery.confirmations", "transcript.entries", "transcript.diagnostics",
-         "delivery.confirmations.dlq", "transcript-owner-sessions-changelog",
-         "transcript-owner-__assignor-__leader"]
+         "delivery.confirmations.dlq", "transcript.erasures", "transcript-owner-sessions-changelog",
+         "transcript.checkpoints", "transcript-owner-__assignor-__leader"]
 CHANGELOG = "transcript-owner-sessions-changelog"
 
 
@@ -51,13 +51,13 @@ def test_apply_creates_all_topics_then_changes_nothing(env, admin, cleanup):
 
     second = cli("topics", "apply", env=env)
     assert second.returncode == 0, second.stderr
-    assert second.stdout.decode().startswith("nothing to change: 6 topics match")
+    assert second.stdout.decode().startswith(f"nothing to change: {len(NAMES)} topics match")
 
 
 def test_check_reports_missing_then_clean_after_apply(env, cleanup):
     before = cli("topics", "check", env=env)
     assert before.returncode == 1
-    assert before.stdout.decode().count("absent") == 6
+    assert before.stdout.decode().count("absent") == len(NAMES)
 
     assert cli("topics", "apply", env=env).returncode == 0
     after = cli("topics", "check", env=env)

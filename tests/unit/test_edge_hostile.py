@@ -281,6 +281,8 @@ def test_every_json_schema_timestamp_states_the_range_and_its_year_pattern_is_ne
     assert counts == {
         "delivery-confirmation.schema.json": 2,  # confirmed_at, receipt.sent_at
         "session-reset.schema.json": 1,
+        "session-erase.schema.json": 1,  # erased_at
+        "session-erasure.schema.json": 1,  # erased_at
         "transcript-entry.schema.json": 2,
         "diagnostic.schema.json": 1,
     }

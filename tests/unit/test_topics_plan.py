@@ -40,8 +40,9 @@ def test_repo_topics_file_declares_every_topic_the_worker_uses():
     specs = {s.name: s for s in load_topics(ROOT / "topics.yaml")}
     assert set(specs) == {
         "delivery.confirmations", "transcript.entries", "transcript.diagnostics",
-        "delivery.confirmations.dlq", CHANGELOG, LEADER,
-    }
+        "delivery.confirmations.dlq", CHANGELOG, LEADER, "transcript.checkpoints",
+    } | ({"transcript.erasures"} & set(specs))  # erasures: issue 17, part 2
+    assert specs["transcript.checkpoints"].partitions == specs["delivery.confirmations"].partitions
     assert specs["transcript.entries"].config_map["cleanup.policy"] == "compact"
     assert specs["delivery.confirmations"].config_map["retention.ms"] == str(7 * 86400 * 1000)
     assert all(s.partitions == 8 for n, s in specs.items() if n != LEADER)
@@ -150,6 +151,8 @@ def test_repo_acls_give_each_principal_what_it_needs_and_no_more():
         ("topic", "p.transcript.entries", "literal", "Write"),
         ("topic", "p.transcript.diagnostics", "literal", "Write"),
         ("topic", "p.delivery.confirmations.dlq", "literal", "Write"),
+        ("topic", "p.transcript.erasures", "literal", "Write"),  # forget: in its transaction
+        ("topic", "p.transcript.checkpoints", "literal", "Write"),  # state copies, for audit
         ("topic", "p.blue-sessions-changelog", "literal", "Read"),
         ("topic", "p.blue-sessions-changelog", "literal", "Write"),
         ("topic", "p.blue-__assignor-__leader", "literal", "Read"),

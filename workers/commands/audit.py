@@ -10,6 +10,10 @@ written is compared with what the topics hold:
   rewritten   one key written twice with different contents
   order       a session's entries out of seq order or with a gap, in its partition
   diagnostics / dead letters that differ from the expected ones
+  erasures    a session-erase (`forget`) expects a tombstone for each of the session's entries
+              (a live value left is `unexpected`) and its session-erasure/1 record in
+              transcript.erasures (`erasures_missing`; one the replay cannot explain is
+              `erasures_unexpected`); after compaction the session goes on at the next seq
 Repeats (one key written more than once with identical content, or one diagnostic twice, which
 a crash between the outputs' write and the state's write can cause) are counted, not failures;
 `--strict` fails entry and diagnostic repeats.
@@ -29,15 +33,17 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from workers.commands import audit_start
 from workers.commands.loadgen import Progress
 from workers.core import MemoryState
 from workers.settings import KafkaSettings, kafka_settings, worker_settings
-from workers.stream.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES, Source
+from workers.stream.checkpoints import Checkpoint
+from workers.stream.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES, ERASURES, Source
 from workers.stream.owner import Owner
 
 KINDS = ("missing", "unexpected", "differing", "rewritten", "order",
          "diagnostics_missing", "diagnostics_unexpected", "dead_letters_missing",
-         "dead_letters_unexpected")
+         "dead_letters_unexpected", "erasures_missing", "erasures_unexpected")
 EXAMPLES = 20  # findings listed per kind in the report
 
 
@@ -63,6 +69,10 @@ class Report:
     outcomes: Counter = field(default_factory=Counter)
     counts: Counter = field(default_factory=Counter)
     examples: dict[str, list[str]] = field(default_factory=dict)
+    # the session-erasure/1 record the replay expects, per session key (the latest: the
+    # topic is compacted), compared with transcript.erasures
+    erasures: dict[bytes, bytes] = field(default_factory=dict)
+    erased_before: set[bytes] = field(default_factory=set)  # erased before a checkpoint
 
     def find(self, kind: str, what: str) -> None:
         self.counts[kind] += 1
@@ -96,18 +106,26 @@ def _diag_id(value: bytes) -> str:
 
 
 def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Report,
-                    since: datetime | None, bar: Progress) -> set[tuple[int, int]]:
+                    since: datetime | None, bar: Progress,
+                    checkpoint: Checkpoint | None = None) -> set[tuple[int, int]]:
     """Compare one partition; return the (partition, offset) pairs that must be dead letters."""
     from workers.kafka_io import read
 
-    state = MemoryState()
+    # past input retention: from a checkpoint, with its state (workers/commands/audit_start.py)
+    state = MemoryState() if checkpoint is None else audit_start.state_of(checkpoint)
+    older = {} if checkpoint is None else audit_start.before(state)
+    # sessions erased before the checkpoint: their erasure records are explained by its state
+    report.erased_before.update(k.encode() for k, h in state.heads.items() if h.erased_at)
     expected: dict[bytes, tuple[bytes, datetime]] = {}
     diags: Counter = Counter()
     dead: set[tuple[int, int]] = set()
+    erased_keys: set[bytes] = set()  # entry keys an erasure tombstoned
+    erased_through: dict[str, set[int]] = {}  # session -> the through_seq of each erasure
     source_topic = ks.topic(CONFIRMATIONS)
     wall = datetime.now(UTC)
 
-    for r in read(ks, source_topic, partitions=[partition]):
+    for r in read(ks, source_topic, partitions=[partition],
+                  start=None if checkpoint is None else {partition: checkpoint.input_offset}):
         report.input_records += 1
         bar.update(report.input_records)
         # the worker's clock for the record: its broker timestamp, as the worker read it
@@ -117,15 +135,25 @@ def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Rep
                             state, now)
         report.outcomes[step.outcome] += 1
         if step.session_key is not None:
+            if step.erase:  # forget: the session's state goes, as in the worker
+                state.erase(step.session_key)
             state.remember(step.session_key, step.head, step.seen)
         for out in step.sends:
-            if out.topic == ENTRIES:
+            if out.topic == ENTRIES and out.value is None:  # erased: a tombstone is expected
+                expected.pop(out.key, None)
+                erased_keys.add(out.key)
+            elif out.topic == ENTRIES:
                 entry = json.loads(out.value)
                 expected[out.key] = (_digest(entry), datetime.fromisoformat(entry["delivered_at"]))
             elif out.topic == DIAGNOSTICS:
                 diags[_diag_id(out.value)] += 1
             elif out.topic == DLQ:
                 dead.add((partition, r.offset))
+            elif out.topic == ERASURES:
+                erasure = json.loads(out.value)
+                report.erasures[out.key] = out.value
+                erased_through.setdefault(erasure["session_key"], set()).add(
+                    erasure["through_seq"])
     if since is not None:
         expected = {k: v for k, v in expected.items() if v[1] >= since}
     report.expected_entries += len(expected)
@@ -150,8 +178,13 @@ def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Rep
             continue
         seen[key] = digest
         session, seq = entry["session_key"], entry["seq"]
-        if seq != last_seq.get(session, 0) + 1 and since is None:
-            report.find("order", f"{session}: seq {seq} after {last_seq.get(session, 0)}")
+        if key in erased_keys:
+            continue  # erased later (its tombstone follows, or compaction removes it)
+        prev = last_seq.get(session, 0)
+        # after an erasure (tombstones through N, compacted away) a session goes on at N + 1
+        if seq != prev + 1 and since is None \
+                and not (prev < seq and seq - 1 in erased_through.get(session, ())):
+            report.find("order", f"{session}: seq {seq} after {prev}")
         last_seq[session] = max(seq, last_seq.get(session, 0))
     for key, (digest, _) in expected.items():
         got = seen.get(key)
@@ -160,11 +193,21 @@ def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Rep
         elif got != digest:
             report.find("differing", key.decode())
     for key, digest in seen.items():
-        if digest is not None and key not in expected:
+        if digest is not None and key not in expected and not (
+                older and (at := audit_start.entry_position(key)) is not None
+                and at[1] < older.get(at[0], 1)):  # written before the checkpoint
             report.find("unexpected", key.decode())
+    for session, next_seq in sorted(older.items()):  # before the checkpoint: all still there
+        if state.heads[session].erased_at is None:
+            for seq in range(1, next_seq):
+                if seen.get(key := audit_start.entry_key(session, seq)) is None:
+                    report.find("missing", key.decode())
 
     actual_diags: Counter = Counter(
-        _diag_id(r.value) for r in read(ks, ks.topic(DIAGNOSTICS), partitions=[partition])
+        _diag_id(r.value) for r in read(
+            ks, ks.topic(DIAGNOSTICS), partitions=[partition],
+            start=None if checkpoint is None or checkpoint.diagnostics_offset is None
+            else {partition: checkpoint.diagnostics_offset})
         if r.value is not None
     )
     # a diagnostic is one decision's: one more than its decisions made is a repeat (two
@@ -172,8 +215,9 @@ def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Rep
     report.diagnostic_repeats += sum(max(0, n - max(1, diags[d])) for d, n in actual_diags.items())
     for d in sorted(set(diags) - set(actual_diags)):
         report.find("diagnostics_missing", d)
-    for d in sorted(set(actual_diags) - set(diags)):
-        report.find("diagnostics_unexpected", d)
+    if checkpoint is None or checkpoint.diagnostics_offset is not None:  # else: where the
+        for d in sorted(set(actual_diags) - set(diags)):  # older ones end is not known
+            report.find("diagnostics_unexpected", d)
     return dead
 
 
@@ -198,20 +242,29 @@ def run(args: argparse.Namespace) -> int:
         if not ends:
             print(f"error: topic {ks.topic(CONFIRMATIONS)} not found", file=sys.stderr)
             return 2
-        bar.total = sum(ends.values())
+        try:
+            checkpoints = audit_start.starts(ks, ks.topic(CONFIRMATIONS), ends)
+        except audit_start.NoCheckpoint as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        first = {p: 0 if c is None else c.input_offset for p, c in checkpoints.items()}
+        bar.total = sum(ends[p] - first[p] for p in ends)
         dead: set[tuple[int, int]] = set()
         for p in sorted(ends):
             report.partitions += 1
-            dead |= audit_partition(ks, owner, p, report, since, bar)
+            dead |= audit_partition(ks, owner, p, report, since, bar, checkpoints[p])
         actual_dead = set()
         for r in read(ks, ks.topic(DLQ)):
             h = dict(r.headers or [])
             if h.get("source.topic", b"").decode() == ks.topic(CONFIRMATIONS):
-                actual_dead.add((int(h["source.partition"]), int(h["source.offset"])))
+                at = (int(h["source.partition"]), int(h["source.offset"]))
+                if at[1] >= first.get(at[0], 0):  # older: its input is gone (checkpoints)
+                    actual_dead.add(at)
         for p, o in sorted(dead - actual_dead):
             report.find("dead_letters_missing", f"partition {p} offset {o}")
         for p, o in sorted(actual_dead - dead):
             report.find("dead_letters_unexpected", f"partition {p} offset {o}")
+        compare_erasures(ks, report)
     except KafkaError as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
@@ -222,6 +275,26 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render(report, clean))
     return 0 if clean else 1
+
+
+def compare_erasures(ks: KafkaSettings, report: Report) -> None:
+    """transcript.erasures (the latest record per session) against the replay's erasures."""
+    from workers.kafka_io import end_offsets, read
+
+    if not end_offsets(ks, ks.topic(ERASURES)):
+        if report.erasures:
+            report.find("erasures_missing", f"topic {ks.topic(ERASURES)} not found")
+        return
+    actual: dict[bytes, bytes | None] = {}
+    for r in read(ks, ks.topic(ERASURES)):
+        actual[r.key] = r.value
+    for key, value in sorted(report.erasures.items()):
+        got = actual.get(key)
+        if got is None or json.loads(got) != json.loads(value):
+            report.find("erasures_missing", key.decode(errors="replace"))
+    for key, value in sorted(actual.items()):
+        if value is not None and key not in report.erasures and key not in report.erased_before:
+            report.find("erasures_unexpected", key.decode(errors="replace"))
 
 
 def render(report: Report, clean: bool) -> str:

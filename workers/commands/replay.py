@@ -7,7 +7,8 @@ re-keyed; the worker's clock for every line is --written-at. Output lines, in in
     {"line": N, "outcome": O, "session_key": K|null, "send_id": S|null,
      "entry": {...}          (when written),
      "diagnostics": [...]    (when any),
-     "error": "..."          (dead letters)}
+     "error": "..."          (dead letters),
+     "erasure": {...}        (a session-erase: what it tombstoned; session-erasure/1)}
 
 Blank lines are skipped (line numbers still count them). A bad line is a dead letter,
 never a stop. Counts per outcome go to stderr at the end. Exit 0.
@@ -84,6 +85,8 @@ def replay(
             continue
         step = owner.handle(Source("replay", 0, number, None, raw), state)
         if step.session_key is not None:
+            if step.erase:
+                state.erase(step.session_key)
             state.remember(step.session_key, step.head, step.seen)
         outcome = step.decided
         assert outcome is not None  # nothing is re-keyed without partitions
@@ -109,6 +112,9 @@ def render(line: int, outcome: Outcome) -> bytes:
         parts += (b',"diagnostics":', _DIAGNOSTICS.dump_json(outcome.diagnostics))
     if outcome.error is not None:
         parts += (b',"error":', _json(outcome.error))
+    if outcome.erasure is not None:
+        parts += (b',"erasure":', outcome.erasure.__pydantic_serializer__.to_json(
+            outcome.erasure, by_alias=True))
     parts.append(b"}\n")
     return b"".join(parts)
 

@@ -19,6 +19,8 @@ from schemas import (
     Diagnostic,
     Invalid,
     PostedBy,
+    SessionErase,
+    SessionErasure,
     SessionReset,
     TranscriptEntry,
 )
@@ -26,6 +28,7 @@ from schemas.records import InputRecord, Payload
 from workers.core.fingerprint import fingerprint
 from workers.core.outcomes import (
     CLOCK_SKEW,
+    CONFIRMED_BEFORE_ERASURE,
     CONFLICTING_DUPLICATE,
     DESTINATION_BOUND_TO_OTHER_AGENT,
     IN_CHAT_JOB_DELIVERED_ELSEWHERE,
@@ -53,12 +56,14 @@ _ENTRY = TranscriptEntry.__pydantic_validator__
 def session_key_of(record: InputRecord) -> str | Invalid:
     """The canonical key of the session `record` belongs to (the partition key).
 
-    A reset carries no agent id, so its key must already be a full `agent:<id>:…` key.
+    A reset or an erase carries no agent id, so its key must already be a full
+    `agent:<id>:…` key.
     """
-    if isinstance(record, SessionReset):
+    if isinstance(record, SessionReset | SessionErase):
         head, sep, _ = record.session_key.partition(":")
         if not sep or head.strip().lower() != "agent":
-            return Invalid("session_key: a reset needs a full agent:<agent_id>:… key")
+            what = "a reset" if isinstance(record, SessionReset) else "an erase"
+            return Invalid(f"session_key: {what} needs a full agent:<agent_id>:… key")
         return _canonical_or_invalid("session_key", record.session_key, "")
     return _canonical_or_invalid("session_key", record.session_key, record.agent_id)
 
@@ -97,6 +102,10 @@ def decide(
         raise ValueError("now and written_at need a UTC offset")
     if isinstance(record, SessionReset):
         return _reset(head, record, key, now)
+    if isinstance(record, SessionErase):
+        return _erase(head, record, key, now)
+    if head.erased_at is not None and record.confirmed_at <= head.erased_at:
+        return _erased_send(head, record, key)
     return _confirmation(head, prior, record, key, now, written_at, dedupe_window)
 
 
@@ -124,8 +133,45 @@ def _reset(head: SessionHead, record: SessionReset, key: str, now: datetime) -> 
         last = None  # stored before resets were clamped (format 1): it proves nothing
     if last is not None and at <= last:
         return Decision(head, None, Outcome("duplicate", key, None))
-    new = SessionHead(head.epoch + 1, head.next_seq, head.clock, at)
+    new = SessionHead(head.epoch + 1, head.next_seq, head.clock, at, head.erased_at)
     return Decision(new, None, Outcome("reset", key, None, diagnostics=diags))
+
+
+# --- Rule 2a: erasure (`transcript-owner forget`) ----------------------------------------
+
+
+def _erase(head: SessionHead, record: SessionErase, key: str, now: datetime) -> Decision:
+    """Erase the session: every entry written so far (seq 1..next_seq-1) is tombstoned and
+    the session's remembered send_ids are forgotten (the shell tombstones them: they are
+    found in the store, not in the head). What stays is a head without content: the next
+    epoch, `next_seq` (seqs never repeat, so a later erasure's tombstones cover all), the
+    clocks, and `erased_at`, the rule for what comes later: a confirmation confirmed at or
+    before it belongs to the erased history and is not written again.
+
+    Every erase erases (a second one tombstones the same keys again: harmless); an erase
+    dated ahead of the worker's clock counts as made now, and `erased_at` never moves back.
+    """
+    at = now if skewed(record.erased_at, now) else record.erased_at
+    if head.erased_at is not None and head.erased_at > at:
+        at = head.erased_at
+    new = SessionHead(head.epoch + 1, head.next_seq, head.clock, head.last_reset_at, at)
+    erasure = SessionErasure.model_validate({
+        "schema": "session-erasure/1", "session_key": key, "erased_at": at,
+        "reason": record.reason, "epoch": new.epoch, "through_seq": head.next_seq - 1,
+    })
+    return Decision(new, None, Outcome("erased", key, None, erasure=erasure))
+
+
+def _erased_send(head: SessionHead, record: DeliveryConfirmation, key: str) -> Decision:
+    """A confirmation of a send confirmed at or before the session's erasure: a retry (or a
+    late copy) of erased history. Not written, not remembered; an info diagnostic says so
+    (it names the send_id, never content)."""
+    erased = head.erased_at.astimezone(UTC).isoformat().replace("+00:00", "Z")  # type: ignore[union-attr]
+    detail = (f"confirmed at or before the session's erasure at {erased}: part of the "
+              "erased history, not written again")
+    diag = diagnostic("info", CONFIRMED_BEFORE_ERASURE, key, record.send_id, detail,
+                      record.confirmed_at)
+    return Decision(head, None, Outcome("erased_send", key, record.send_id, diagnostics=(diag,)))
 
 
 # --- Rules 3-7: confirmations -------------------------------------------------------------
@@ -216,7 +262,7 @@ def _confirmation(
 
     # Rule 7: append one entry with the next seq (seq never restarts, not even on reset).
     entry = _entry(head, record, key, written_at)
-    new = SessionHead(head.epoch, head.next_seq + 1, clock, head.last_reset_at)
+    new = SessionHead(head.epoch, head.next_seq + 1, clock, head.last_reset_at, head.erased_at)
     diags = _write_diagnostics(record, key, job_key if job and job.mode == "in_chat" else None)
     if ahead:
         diags += (_skew_diagnostic(key, send_id, at, now),)
@@ -224,7 +270,7 @@ def _confirmation(
 
 
 def _with_clock(head: SessionHead, clock: datetime) -> SessionHead:
-    return SessionHead(head.epoch, head.next_seq, clock, head.last_reset_at)
+    return SessionHead(head.epoch, head.next_seq, clock, head.last_reset_at, head.erased_at)
 
 
 def _skew_diagnostic(key: str, send_id: str | None, at: datetime, now: datetime) -> Diagnostic:

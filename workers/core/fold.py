@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from schemas import Invalid, SessionReset
+from schemas import DeliveryConfirmation, Invalid
 from schemas.records import InputRecord
 from workers.core.decide import DEFAULT_DEDUPE_WINDOW, Decision, decide, session_key_of
 from workers.core.outcomes import HANDLING_FAILED, Outcome, dead_letter
@@ -49,6 +49,13 @@ class MemoryState:
     def seen(self, key: str, send_id: str) -> Seen | None:
         return self.seens.get((key, send_id))
 
+    def erase(self, key: str) -> None:
+        """Forget the session's state (`forget`): its head and every remembered send_id. The
+        step then stores the head the erasure leaves (`remember`)."""
+        self.heads.pop(key, None)
+        for k in [k for k in self.seens if k[0] == key]:
+            del self.seens[k]
+
     def remember(self, key: str, head: SessionHead | None, seen: tuple[str, Seen] | None) -> None:
         """Store a step's changes: a new head, and a send_id with what to remember of it."""
         if head is not None:
@@ -69,7 +76,7 @@ def decide_in(
     """(the head read, the decision) for `record` of session `key`; never raises but
     StoreFailure. A failed decision leaves the head as it was and remembers nothing."""
     head = EMPTY_HEAD
-    send_id = None if isinstance(record, SessionReset) else record.send_id
+    send_id = record.send_id if isinstance(record, DeliveryConfirmation) else None
     try:
         head = view.head(key)
         prior = None if send_id is None else view.seen(key, send_id)
@@ -103,7 +110,7 @@ def step(
     """Decide one parsed input (or the Invalid parse_input returned) against `state`."""
     if isinstance(item, Invalid):
         return dead_letter(item.reason)
-    send_id = None if isinstance(item, SessionReset) else item.send_id
+    send_id = item.send_id if isinstance(item, DeliveryConfirmation) else None
     key = session_key_of(item)
     if isinstance(key, Invalid):
         return dead_letter(key.reason, send_id=send_id)
@@ -111,6 +118,8 @@ def step(
         state, item, key, now=now, written_at=written_at or now, dedupe_window=dedupe_window
     )
     seen = decision.seen
+    if decision.outcome.kind == "erased":
+        state.erase(key)
     state.remember(
         key,
         None if decision.head is head else decision.head,

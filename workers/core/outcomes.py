@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal, get_args
 
-from schemas import Diagnostic, DiagnosticLevel, TranscriptEntry
+from schemas import Diagnostic, DiagnosticLevel, SessionErasure, TranscriptEntry
 
 OutcomeKind = Literal[
     "written",
@@ -22,6 +22,8 @@ OutcomeKind = Literal[
     "native_only",
     "reset",
     "dead_letter",
+    "erased",  # a session-erase: the session's entries and state tombstoned
+    "erased_send",  # a confirmation confirmed at or before its session's erasure: not written
 ]
 OUTCOME_KINDS: tuple[OutcomeKind, ...] = get_args(OutcomeKind)
 
@@ -32,6 +34,7 @@ NATIVE_ONLY_PAYLOAD = "native_only_payload"  # warn: Rule 1 exception, no honest
 IN_CHAT_JOB_DELIVERED_ELSEWHERE = "in_chat_job_delivered_elsewhere"  # warn: breaks Rule 2
 SESSION_KEY_MISMATCH = "session_key_mismatch"  # info: the sender's key was not canonical
 CLOCK_SKEW = "clock_skew"  # warn: a record's time was ahead of the worker's clock
+CONFIRMED_BEFORE_ERASURE = "confirmed_before_erasure"  # info: a send of erased history
 HANDLING_FAILED = "handling failed"  # dead-letter reason prefix: the step raised
 
 _DIAGNOSTIC = Diagnostic.__pydantic_validator__  # model_validate without its Python layer
@@ -47,6 +50,7 @@ class Outcome:
     entry: TranscriptEntry | None = None  # set exactly when kind == "written"
     diagnostics: tuple[Diagnostic, ...] = ()
     error: str | None = None  # the reason, for dead letters
+    erasure: SessionErasure | None = None  # set exactly when kind == "erased"
 
 
 def dead_letter(
@@ -80,6 +84,7 @@ def diagnostic(
 
 __all__ = [
     "CLOCK_SKEW",
+    "CONFIRMED_BEFORE_ERASURE",
     "CONFLICTING_DUPLICATE",
     "HANDLING_FAILED",
     "DESTINATION_BOUND_TO_OTHER_AGENT",

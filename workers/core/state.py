@@ -54,14 +54,20 @@ class SessionHead:
     next_seq: int = 1
     clock: datetime | None = None
     last_reset_at: datetime | None = None
+    # when the session was last erased (`forget`): a confirmation confirmed at or before it is
+    # a send of the erased history, and is not written again (its send_id was forgotten)
+    erased_at: datetime | None = None
 
     def to_bytes(self) -> bytes:
-        return b'{"v":%d,"epoch":%d,"next_seq":%d,"clock":%b,"last_reset_at":%b}' % (
+        # `erased_at` only when set: the head of a session never erased keeps its bytes
+        erased = b"" if self.erased_at is None else b',"erased_at":%d' % micros(self.erased_at)
+        return b'{"v":%d,"epoch":%d,"next_seq":%d,"clock":%b,"last_reset_at":%b%b}' % (
             _HEAD_FORMAT,
             self.epoch,
             self.next_seq,
             _json_micros(self.clock),
             _json_micros(self.last_reset_at),
+            erased,
         )
 
     @classmethod
@@ -74,6 +80,7 @@ class SessionHead:
             next_seq=_count(doc.get("next_seq"), 1, "next_seq"),
             clock=_time(doc.get("clock"), "clock"),
             last_reset_at=_time(doc.get("last_reset_at"), "last_reset_at"),
+            erased_at=_time(doc.get("erased_at"), "erased_at"),
         )
 
 

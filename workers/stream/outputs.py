@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from schemas import MAX_RECORD_BYTES, Diagnostic, TranscriptEntry
+from schemas import MAX_RECORD_BYTES, Diagnostic, SessionErasure, TranscriptEntry
 from workers.core import Outcome
 from workers.stream.partitioning import partition_for
 
@@ -16,6 +16,7 @@ CONFIRMATIONS = "delivery.confirmations"
 ENTRIES = "transcript.entries"
 DIAGNOSTICS = "transcript.diagnostics"
 DLQ = "delivery.confirmations.dlq"
+ERASURES = "transcript.erasures"
 
 # A dead letter must fit the DLQ topic (max.message.bytes 2 MiB in topics.yaml, measured on the
 # record batch) and the producer's request (4 MiB), whatever arrived: an input record passes the
@@ -29,6 +30,7 @@ DEAD_LETTER_MAX_ERROR = 2048  # bytes of the `error` header (UTF-8, cut at a cha
 # model_dump_json(), as bytes: pydantic-core writes bytes, model_dump_json decodes them to str.
 _ENTRY = TranscriptEntry.__pydantic_serializer__
 _DIAGNOSTIC = Diagnostic.__pydantic_serializer__
+_ERASURE = SessionErasure.__pydantic_serializer__
 
 
 class Source(NamedTuple):
@@ -46,7 +48,7 @@ class Source(NamedTuple):
 class OutRecord:
     topic: str  # logical name; the shell applies the prefix
     key: bytes | None
-    value: bytes
+    value: bytes | None  # None: a tombstone (an erased entry)
     partition: int | None = None  # None: the producer's murmur2 partitioner on the key
     headers: tuple[tuple[str, bytes], ...] = ()
 
@@ -60,6 +62,15 @@ def encode(outcome: Outcome, source: Source, partitions: int) -> list[OutRecord]
     if outcome.kind == "dead_letter":
         return [dead_letter(source, outcome.error or "invalid record")]
     out: list[OutRecord] = []
+    if outcome.erasure is not None:
+        # tombstones of every entry the session had, in seq order, then the erasure record
+        # (same transaction: a read_committed reader sees both or neither)
+        er = outcome.erasure
+        home = partition_for(er.session_key, partitions)
+        out.extend(OutRecord(ENTRIES, entry_key(er.session_key, seq), None, home)
+                   for seq in range(1, er.through_seq + 1))
+        out.append(OutRecord(ERASURES, er.session_key.encode(),
+                             _ERASURE.to_json(er, by_alias=True)))
     if outcome.entry is not None:
         e = outcome.entry
         out.append(

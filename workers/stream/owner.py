@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from schemas import Invalid, SessionReset, parse_input
+from schemas import DeliveryConfirmation, Invalid, parse_input
 from workers.core import (
     Outcome,
     Seen,
@@ -38,6 +38,9 @@ class Step:
     head: SessionHead | None = None  # the session's new head; None: leave it as it is
     seen: tuple[str, Seen] | None = None  # (send_id, what to remember of it); None: nothing
     decided: Outcome | None = None  # the core's outcome (None when re-keyed)
+    # a session-erase: before storing `head`, tombstone the session's stored state (its head
+    # and every remembered send_id; the shell's store finds them, e.g. by a prefix scan)
+    erase: bool = False
 
 
 @dataclass
@@ -65,7 +68,7 @@ class Owner:
         record = parse_input(source.value)
         if isinstance(record, Invalid):
             return self._dead(dead_letter(record.reason), source)
-        send_id = None if isinstance(record, SessionReset) else record.send_id
+        send_id = record.send_id if isinstance(record, DeliveryConfirmation) else None
         key = session_key_of(record)
         if isinstance(key, Invalid):
             return self._dead(dead_letter(key.reason, send_id=send_id), source)
@@ -82,7 +85,8 @@ class Owner:
         sends = encode(outcome, source, partitions or 1)
         new_head = None if decision.head is head else decision.head
         seen = None if decision.seen is None else (send_id, decision.seen)
-        return Step(outcome.kind, sends, key, new_head, seen, outcome)  # type: ignore[arg-type]
+        return Step(outcome.kind, sends, key, new_head, seen, outcome,  # type: ignore[arg-type]
+                    erase=outcome.kind == "erased")
 
     def _dead(self, outcome: Outcome, source: Source) -> Step:
         return Step("dead_letter", encode(outcome, source, self.partitions or 1),

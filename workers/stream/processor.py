@@ -50,9 +50,10 @@ from faust.types import TP, ConsumerMessage
 from workers.ops.health import Health
 from workers.ops.metrics import Metrics
 from workers.stream.batch_send import Record, send_all
+from workers.stream.checkpoints import Checkpointer
 from workers.stream.ingest import Inbox
 from workers.stream.local_state import OFFSET_KEY
-from workers.stream.outputs import Source
+from workers.stream.outputs import DIAGNOSTICS, Source
 from workers.stream.owner import Owner
 from workers.stream.partitioning import murmur2
 from workers.stream.session_store import SessionStore
@@ -99,6 +100,7 @@ class Processor:
         linger_s: float = 0.005, cache_size: int = 200_000,
         transactions: PartitionProducers | None = None, batch_stop_s: float = 15.0,
         metrics: Metrics | None = None, health: Health | None = None,
+        checkpoints: Checkpointer | None = None,
     ) -> None:
         self.metrics = metrics or Metrics()
         self.health = health or Health(liveness_timeout_s=float("inf"))
@@ -119,6 +121,8 @@ class Processor:
         self.store = SessionStore(
             lambda p: table.data._db_for_partition(p), owner.dedupe_window, cache_size)
         self._partitions: list[int] = []  # the input partitions of this generation
+        # exactly-once: per-partition state checkpoints for audit (workers.stream.checkpoints)
+        self.checkpoints = checkpoints
 
     async def run(self) -> None:
         batch: asyncio.Future | None = None
@@ -245,11 +249,28 @@ class Processor:
             return {}
         committed = await self.committed(tps)
         earliest = await self.app.consumer.earliest_offsets(*tps)
+        if self.checkpoints is not None:
+            await self._diagnostics_ends([tp.partition for tp in tps])
         return {
             tp: _Cursor(start=c if (c := committed.get(tp)) is not None and c >= 0
                         else earliest.get(tp, 0))
             for tp in tps
         }
+
+    async def _diagnostics_ends(self, partitions: list[int]) -> None:
+        """Where each partition's diagnostics end, for its checkpoints: the producers of the
+        generation are started, so the partitions' last owners are fenced and their
+        transactions complete, and only this worker writes there now."""
+        self.checkpoints.forget()
+        topic = self.topic_names[DIAGNOSTICS]
+        try:
+            ends = await self.app.consumer.highwaters(*(TP(topic, p) for p in partitions))
+        except Exception as exc:  # noqa: BLE001  (checkpoints then say "not known")
+            log.warning("diagnostics end offsets not read (%s): checkpoints of this generation "
+                        "leave them out until a diagnostic is written", type(exc).__name__)
+            return
+        for tp, end in ends.items():
+            self.checkpoints.diagnostics_next[tp.partition] = end
 
     async def _process(self, messages: list) -> tuple[list[str | None], list[float]]:
         """Decide, commit and apply a batch; the dead letters' reasons and the broker timestamps
@@ -290,13 +311,18 @@ class Processor:
                     else:  # a dead letter without a key: beside its source
                         partition = m.partition % counts[topic]
                     sends.append((topic, partition, o.key, o.value, o.headers))
+            if step.erase:  # forget: the session's stored state is tombstoned first
+                store.erase(step.session_key)
             if step.head is not None or step.seen is not None:
                 store.remember(step.session_key, step.head, step.seen)
         store.sweep(self._partitions, max(1, len(messages) // SWEEP_SHARE))
         writes = store.take_writes()
         changelog = self.table.changelog_topic_name
         if self.transactions is not None:
-            await self._commit_transactions(by_partition, next_offset, writes, changelog)
+            extra = None
+            if self.checkpoints is not None and self.checkpoints.due(wall_s):
+                extra = self._checkpoint(messages, wall_s)
+            await self._commit_transactions(by_partition, next_offset, writes, changelog, extra)
             return dead, written
         await send_all(self.producer, [r for rs in by_partition.values() for r in rs])
         if writes:
@@ -306,23 +332,47 @@ class Processor:
 
     async def _commit_transactions(self, by_partition: dict[int, list[Record]],
                                    next_offset: dict[int, int], writes: list,
-                                   changelog: str) -> None:
+                                   changelog: str, extra: dict[int, list[Record]] | None = None
+                                   ) -> None:
         """Each input partition's outputs, state and offset in one transaction; the local
         state is written only once they all committed (a failure exits: see run)."""
         state: dict[int, list[Record]] = {}
         for p, k, v in writes:  # a session's state lives in its input partition's changelog
             state.setdefault(p, []).append((changelog, p, k, v, ()))
-        partitions = sorted(set(by_partition) | set(state) | set(next_offset))
+        extra = extra or {}
+        partitions = sorted(set(by_partition) | set(state) | set(next_offset) | set(extra))
         results = await asyncio.gather(*(
-            self.transactions.commit(p, [*by_partition.get(p, ()), *state.get(p, ())],
-                                     next_offset.get(p))
+            self.transactions.commit(p, [*by_partition.get(p, ()), *extra.get(p, ()),
+                                         *state.get(p, ())], next_offset.get(p))
             for p in partitions), return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):
                 raise result
+        checkpoints, diagnostics = self.checkpoints, self.topic_names.get(DIAGNOSTICS)
         for p, offsets in zip(partitions, results, strict=True):
+            if checkpoints is not None and p in by_partition:
+                checkpoints.note_sent(p, diagnostics, by_partition[p], offsets)
             if p in state:
                 self._apply(state[p], offsets[-len(state[p]):])
+
+    def _checkpoint(self, messages: list, wall_s: float) -> dict[int, list[Record]]:
+        """Checkpoint records of every partition of the generation, at the offset this batch
+        starts it from (the state in its store is the state there: this batch's writes are
+        still pending)."""
+        positions: dict[int, int] = {}
+        for m in messages:
+            positions.setdefault(m.partition, m.offset)
+        for tp, cursor in self._cursors.items():
+            if tp.partition not in positions:
+                positions[tp.partition] = cursor.next if cursor.next is not None else cursor.start
+        started = self.checkpoints.taken
+        extra = self.checkpoints.take(wall_s, positions, self.table.data._db_for_partition)
+        if self.checkpoints.taken > started:
+            keys, size, spent = self.checkpoints.last
+            log.info("checkpoints of partitions %s at input offsets %s: %d state keys, %d bytes, "
+                     "built in %.3fs", sorted(extra), [positions[p] for p in sorted(extra)],
+                     keys, size, spent)
+        return extra
 
     def _apply(self, records: list[Record], offsets: list[int]) -> None:
         """Write changelog records, as written at `offsets`, to the local RocksDB: one write

@@ -95,6 +95,27 @@ class SessionStore:
             self._seen[(key, send_id)] = value
             self.pending[(p, seen_key(key, send_id))] = value.to_bytes()
 
+    def erase(self, key: str) -> None:
+        """Tombstone the session's stored state (`forget`): its head and every remembered
+        send_id — those in the store, found by a prefix scan of the partition's store (seen
+        keys of one session sort together, as the sweep relies on), and this batch's pending
+        ones. The step then stores the head the erasure leaves (`remember`)."""
+        p = self.partition
+        self._heads.pop(key, None)
+        self.pending[(p, head_key(key))] = None
+        for k in [k for k in self._seen if k[0] == key]:
+            del self._seen[k]
+        prefix = seen_key(key, "")[:-3]  # ["s",<session>,   (the JSON of "" and "]" cut)
+        for (q, k) in list(self.pending):
+            if q == p and k.startswith(prefix):
+                self.pending[(q, k)] = None
+        for k, _ in self._items(p, prefix):
+            if not k.startswith(prefix):
+                break
+            self.pending[(p, k)] = None
+        if self._get(key.encode()) is not None:  # a format-1 record not migrated yet
+            self.pending[(p, key.encode())] = None
+
     def take_writes(self) -> list[Write]:
         """The batch's writes, in the order made; the batch's own seen cache is dropped."""
         writes = [(p, k, v) for (p, k), v in self.pending.items()]

@@ -28,8 +28,9 @@ from workers.settings import (
     worker_settings,
 )
 from workers.stream import local_state
+from workers.stream.checkpoints import CHECKPOINTS, Checkpointer
 from workers.stream.ingest import Inbox, input_topic, read_committed, scheduler_for
-from workers.stream.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
+from workers.stream.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES, ERASURES
 from workers.stream.owner import Owner
 from workers.stream.processor import EXIT_FATAL, BatchClock, Processor
 from workers.stream.transactions import PartitionProducers
@@ -172,11 +173,13 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
                     metrics)
     processor = Processor(
         app, inbox, sessions, owner,
-        {name: ks.topic(name) for name in (CONFIRMATIONS, ENTRIES, DIAGNOSTICS, DLQ)},
+        {name: ks.topic(name) for name in (CONFIRMATIONS, ENTRIES, DIAGNOSTICS, DLQ, ERASURES)},
         topic_partitions, committed_offsets(ks, app.conf.id), new_producer,
         clock, max_batch=ws.max_batch, linger_s=ws.linger_ms / 1000,
         transactions=transactions, batch_stop_s=ws.shutdown_timeout_s / 2,
         metrics=metrics, health=health,
+        checkpoints=Checkpointer(ks.topic(CHECKPOINTS), ws.checkpoint_interval_s,
+                                 ws.checkpoint_keep) if exactly_once else None,
     )
     app.task(processor.run)
     if http_socket is not None:
@@ -312,7 +315,8 @@ def check_topics(ks: KafkaSettings, ws: WorkerSettings) -> dict[str, int] | str:
     changelog = local_state.changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS)
     counts = {}
     try:
-        for name in (*(ks.topic(n) for n in (CONFIRMATIONS, ENTRIES, DIAGNOSTICS, DLQ)),
+        for name in (*(ks.topic(n) for n in (CONFIRMATIONS, ENTRIES, DIAGNOSTICS, DLQ,
+                                              ERASURES)),
                      changelog):
             parts = consumer.partitions_for_topic(name)
             if not parts:

@@ -1,0 +1,164 @@
+"""`transcript-owner forget SESSION_KEY --reason TEXT`: erase a session.
+
+The worker owns a session's state, so an erasure goes through it, ordered with the session's
+confirmations: this command publishes a `session-erase/1` record to the input topic, keyed by
+the canonical session key, to the session's partition (as a reset travels). When the worker
+handles it, in the partition's transaction: a tombstone for every entry key
+`<session>#<seq>` (seq 1..next_seq-1) on transcript.entries, tombstones for the session's
+state (head and every remembered send_id) on the changelog, a head without content (the next
+epoch, next_seq, `erased_at`), and a `session-erasure/1` record (key, when, reason, epoch,
+seqs tombstoned; no content) on the compacted transcript.erasures. `replay` and `audit` run
+the same step, so an audit stays clean after an erasure.
+
+Later records of the session: a confirmation confirmed at or before the erasure is a send of
+the erased history and is not written again (outcome `erased_send`, an info diagnostic
+`confirmed_before_erasure`); later ones start clean in the new epoch, at the next seq.
+
+Before publishing, the session's partition of transcript.entries is read (read_committed): a
+session without a live entry is unknown or erased already, and exits 2 unless --force (which
+also erases a session that has state but no entry). The reason is never printed or logged.
+Exit 0 published (with --wait: recorded by the worker), 1 --wait timed out, 2 cannot run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import UTC, datetime
+
+from schemas import Invalid, SessionErase, parse_input
+from workers.core import session_key_of
+
+MAX_REASON_CHARS = 1000
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("session_key", metavar="SESSION_KEY",
+                        help="a full session key, agent:<agent_id>:… (canonicalised)")
+    parser.add_argument("--reason", required=True, metavar="TEXT",
+                        help="why (a ticket, a request id); kept in transcript.erasures, "
+                             f"never logged; at most {MAX_REASON_CHARS} characters")
+    parser.add_argument("--force", action="store_true",
+                        help="publish the erasure even when the session has no live entry")
+    parser.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                        help="wait until the worker has recorded the erasure in "
+                             "transcript.erasures (exit 1 if not within SECONDS)")
+
+
+def erase_record(session_key: str, reason: str, at: datetime) -> SessionErase | Invalid:
+    """The session-erase/1 record for `session_key` (canonicalised), or why it cannot be."""
+    raw = json.dumps({"schema": "session-erase/1", "session_key": session_key,
+                      "erased_at": at.isoformat(), "reason": reason}).encode()
+    record = parse_input(raw)
+    if isinstance(record, Invalid):
+        return record
+    assert isinstance(record, SessionErase)
+    key = session_key_of(record)
+    if isinstance(key, Invalid):
+        return key
+    return record.model_copy(update={"session_key": key})
+
+
+def run(args: argparse.Namespace) -> int:
+    from workers.settings import kafka_settings, worker_settings
+
+    ks, ws = kafka_settings(), worker_settings()  # a SettingsError is reported by the CLI (exit 2)
+    if not args.reason.strip():
+        print("forget: --reason must not be empty", file=sys.stderr)
+        return 2
+    at = datetime.now(UTC)
+    record = erase_record(args.session_key, args.reason, at)
+    if isinstance(record, Invalid):
+        print(f"forget: {record.reason}", file=sys.stderr)
+        return 2
+    key = record.session_key
+    if key != args.session_key:
+        print(f"forget: erasing the canonical key {key}")
+
+    from kafka.errors import KafkaError
+
+    from workers.stream.outputs import CONFIRMATIONS
+    from workers.stream.partitioning import partition_for
+
+    partition = partition_for(key, ws.partitions)
+    try:
+        live = live_entries(ks, key, partition)
+        if not live and not args.force:
+            print(f"forget: no live entry of session {key} in transcript.entries (partition "
+                  f"{partition}): an unknown session, or erased already; --force publishes "
+                  "the erasure anyway", file=sys.stderr)
+            return 2
+        offset = publish(ks, ks.topic(CONFIRMATIONS), key, partition,
+                         record.model_dump_json(by_alias=True).encode())
+    except KafkaError as exc:
+        print(f"forget: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    print(f"forget: session-erase of {key} ({live} live entries) published to partition "
+          f"{partition} offset {offset}")
+    if args.wait <= 0:
+        return 0
+    try:
+        found = wait_recorded(ks, key, at, args.wait)
+    except KafkaError as exc:
+        print(f"forget: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    if found is None:
+        print(f"forget: the worker has not recorded the erasure within {args.wait:g} s (is it "
+              "running and caught up?); it will when it reaches the record", file=sys.stderr)
+        return 1
+    print(f"forget: erased: entries seq 1..{found['through_seq']} tombstoned, the session "
+          f"goes on in epoch {found['epoch']}")
+    return 0
+
+
+def live_entries(ks, key: str, partition: int) -> int:  # noqa: ANN001
+    """How many entries of session `key` are live (compaction's view) in its partition."""
+    from workers.kafka_io import read
+    from workers.stream.outputs import ENTRIES
+
+    prefix = f"{key}#".encode()
+    entries: dict[bytes, bool] = {}
+    for r in read(ks, ks.topic(ENTRIES), partitions=[partition]):
+        if r.key and r.key.startswith(prefix):
+            entries[r.key] = r.value is not None
+    return sum(entries.values())
+
+
+def publish(ks, topic: str, key: str, partition: int, value: bytes) -> int:  # noqa: ANN001
+    from workers.kafka_io import producer
+
+    p = producer(ks)
+    try:
+        return p.send(topic, key=key.encode(), value=value, partition=partition) \
+            .get(timeout=30).offset
+    finally:
+        p.close()
+
+
+def wait_recorded(ks, key: str, at: datetime, timeout: float) -> dict | None:  # noqa: ANN001
+    """The worker's session-erasure/1 record of this erasure (erased_at >= at), or None."""
+    from kafka import TopicPartition
+
+    from workers.kafka_io import consumer
+    from workers.stream.outputs import ERASURES
+
+    c = consumer(ks)
+    try:
+        topic = ks.topic(ERASURES)
+        tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or ())]
+        c.assign(tps)
+        c.seek_to_beginning(*tps)
+        deadline = time.monotonic() + timeout
+        want = key.encode()
+        while time.monotonic() < deadline:
+            for recs in c.poll(timeout_ms=500).values():
+                for r in recs:
+                    if r.key == want and r.value is not None:
+                        doc = json.loads(r.value)
+                        if datetime.fromisoformat(doc["erased_at"]) >= at:
+                            return doc
+        return None
+    finally:
+        c.close()
