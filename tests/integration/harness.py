@@ -24,19 +24,17 @@ CLUSTER_PORT = int(os.environ.get("KAFKA_3N_PORT", "19092"))
 CLUSTER_BOOTSTRAP = ",".join(f"127.0.0.1:{CLUSTER_PORT + 2 * i}" for i in range(3))
 
 
-class WorkerProcess:
-    """`python -m workers worker` with its own state dir; output goes to a log file."""
+class CliProcess:
+    """`python -m workers ARGS…` as a process; its output goes to a log file."""
 
-    def __init__(self, env: dict[str, str], state_dir: Path, log: Path, **extra: str) -> None:
-        self.env = dict(env, TRANSCRIPT_STATE_DIR=str(state_dir), TRANSCRIPT_SESSION_TIMEOUT_S="6",
-                        **extra)
-        self.log = log
+    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
+        self.args, self.env, self.log = args, env, log
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> WorkerProcess:
+    def start(self) -> CliProcess:
         out = self.log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "workers", "worker"], cwd=ROOT, env=self.env,
+            [sys.executable, "-m", "workers", *self.args], cwd=ROOT, env=self.env,
             stdout=out, stderr=subprocess.STDOUT,
         )
         return self
@@ -57,6 +55,14 @@ class WorkerProcess:
 
     def tail(self, n: int = 60) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+
+
+class WorkerProcess(CliProcess):
+    """`python -m workers worker` with its own state dir."""
+
+    def __init__(self, env: dict[str, str], state_dir: Path, log: Path, **extra: str) -> None:
+        super().__init__(["worker"], dict(env, TRANSCRIPT_STATE_DIR=str(state_dir),
+                                          TRANSCRIPT_SESSION_TIMEOUT_S="6", **extra), log)
 
 
 class Collector:

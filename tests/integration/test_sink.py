@@ -10,18 +10,15 @@ tests/faults/test_sink_faults.py as well.
 from __future__ import annotations
 
 import json
-import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, cli
-from tests.integration.harness import group_of, wait_drained
+from tests.conftest import cli
+from tests.integration.harness import CliProcess, group_of, wait_drained
 from workers.commands.sink import SinkDB
 from workers.kafka_io import producer, publish, read
 from workers.settings import KafkaSettings, kafka_settings
@@ -32,35 +29,12 @@ from workers.synthetic import generate
 pytestmark = pytest.mark.kafka
 
 
-class SinkProcess:
-    """`python -m workers sink sqlite PATH …`, its output in a log file."""
+class SinkProcess(CliProcess):
+    """`python -m workers sink sqlite PATH …`."""
 
     def __init__(self, env: dict[str, str], db: Path, log: Path, *args: str) -> None:
-        self.env, self.db, self.log, self.args = env, db, log, args
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> SinkProcess:
-        out = self.log.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "workers", "sink", "sqlite", str(self.db), *self.args],
-            cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT)
-        return self
-
-    def stop(self, timeout: float = 30) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=timeout)
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.kill()
-        self.proc.wait(timeout=30)
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def tail(self, n: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+        super().__init__(["sink", "sqlite", str(db), *args], env, log)
+        self.db = db
 
 
 @pytest.fixture
