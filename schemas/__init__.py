@@ -10,12 +10,16 @@ from schemas.parse import (
     Invalid,
     describe_errors,
     parse_input,
+    read_input,
 )
 from schemas.records import (
     AGENT_ID_PATTERN,
+    CONFIRMATION,
+    ERASE,
     MAX_TIMESTAMP,
     MIN_TIMESTAMP,
     RECORDS,
+    RESET,
     TIMESTAMP_RANGE,
     DeliveryConfirmation,
     Diagnostic,
@@ -44,6 +48,9 @@ from schemas.records import (
 )
 
 __all__ = [
+    "CONFIRMATION",
+    "ERASE",
+    "RESET",
     "AGENT_ID_PATTERN",
     "MAX_RECORD_BYTES",
     "MAX_TIMESTAMP",
@@ -81,4 +88,5 @@ __all__ = [
     "describe_errors",
     "job_problems",
     "parse_input",
+    "read_input",
 ]

@@ -320,6 +320,11 @@ class Diagnostic(Record):
 
 
 InputRecord = DeliveryConfirmation | SessionReset | SessionErase
+# the `schema` of each input record: how the core tells them apart (`record.schema_`), for a
+# pydantic record and a Struct of schemas/structs.py alike
+CONFIRMATION = "delivery-confirmation/1"
+RESET = "session-reset/1"
+ERASE = "session-erase/1"
 
 # record name (file stem under schemas/json/) -> model, for the generator and the docs
 RECORDS: dict[str, type[Record]] = {
@@ -333,6 +338,9 @@ RECORDS: dict[str, type[Record]] = {
 
 __all__ = [
     "AGENT_ID_PATTERN",
+    "CONFIRMATION",
+    "ERASE",
+    "RESET",
     "AgentId",
     "DeliveryConfirmation",
     "Diagnostic",

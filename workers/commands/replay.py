@@ -106,8 +106,8 @@ def render(line: int, outcome: Outcome) -> bytes:
         b'{"line":%d,"outcome":"%s","session_key":%s,"send_id":%s'
         % (line, outcome.kind.encode(), _json(outcome.session_key), _json(outcome.send_id))
     ]
-    if outcome.entry is not None:
-        parts += (b',"entry":', outcome.entry.__pydantic_serializer__.to_json(outcome.entry))
+    if outcome.entry_json is not None:
+        parts += (b',"entry":', outcome.entry_json)
     if outcome.diagnostics:
         parts += (b',"diagnostics":', _DIAGNOSTICS.dump_json(outcome.diagnostics))
     if outcome.error is not None:

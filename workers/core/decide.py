@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
+
+import msgspec
 
 from schemas import (
     DeliveryConfirmation,
@@ -22,9 +24,17 @@ from schemas import (
     SessionErase,
     SessionErasure,
     SessionReset,
-    TranscriptEntry,
 )
-from schemas.records import InputRecord, Payload
+from schemas.records import (
+    CONFIRMATION,
+    ERASE,
+    MAX_TIMESTAMP,
+    MIN_TIMESTAMP,
+    RESET,
+    TIMESTAMP_RANGE,
+    InputRecord,
+    Payload,
+)
 from workers.core.fingerprint import fingerprint
 from workers.core.outcomes import (
     CLOCK_SKEW,
@@ -50,7 +60,8 @@ CLOCK_SKEW_ALLOWANCE = timedelta(minutes=5)
 # re-derived entry a new id, and an audit would report the whole topic as different.
 ENTRY_ID_NAMESPACE = uuid.UUID("5f0c3a52-8f3e-4d5e-9b8a-6c1d2e7f4a90")
 _NAMESPACE_BYTES = ENTRY_ID_NAMESPACE.bytes
-_ENTRY = TranscriptEntry.__pydantic_validator__
+# the fields of a transcript entry, in order, as pydantic writes them (a test checks the bytes)
+_JSON = msgspec.json.Encoder().encode
 
 
 def session_key_of(record: InputRecord) -> str | Invalid:
@@ -59,17 +70,16 @@ def session_key_of(record: InputRecord) -> str | Invalid:
     A reset or an erase carries no agent id, so its key must already be a full
     `agent:<id>:…` key.
     """
-    if isinstance(record, SessionReset | SessionErase):
+    if record.schema_ != CONFIRMATION:
         head, sep, _ = record.session_key.partition(":")
         if not sep or head.strip().lower() != "agent":
-            what = "a reset" if isinstance(record, SessionReset) else "an erase"
+            what = "a reset" if record.schema_ == RESET else "an erase"
             return Invalid(f"session_key: {what} needs a full agent:<agent_id>:… key")
         return _canonical_or_invalid("session_key", record.session_key, "")
     return _canonical_or_invalid("session_key", record.session_key, record.agent_id)
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(NamedTuple):
     """One record decided: the session's new head, the send_id to remember, the outcome.
 
     `head` is the given head object when nothing in it changed; `seen` is None when no
@@ -100,9 +110,11 @@ def decide(
     """
     if now.tzinfo is None or written_at.tzinfo is None:
         raise ValueError("now and written_at need a UTC offset")
-    if isinstance(record, SessionReset):
+    if not MIN_TIMESTAMP <= written_at <= MAX_TIMESTAMP:
+        raise ValueError(f"written_at outside {TIMESTAMP_RANGE}")
+    if record.schema_ == RESET:
         return _reset(head, record, key, now)
-    if isinstance(record, SessionErase):
+    if record.schema_ == ERASE:
         return _erase(head, record, key, now)
     if head.erased_at is not None and record.confirmed_at <= head.erased_at:
         return _erased_send(head, record, key)
@@ -266,7 +278,7 @@ def _confirmation(
     diags = _write_diagnostics(record, key, job_key if job and job.mode == "in_chat" else None)
     if ahead:
         diags += (_skew_diagnostic(key, send_id, at, now),)
-    return Decision(new, seen, Outcome("written", key, send_id, entry, diags))
+    return Decision(new, seen, Outcome("written", key, send_id, entry, diags, seq=head.next_seq))
 
 
 def _with_clock(head: SessionHead, clock: datetime) -> SessionHead:
@@ -290,11 +302,12 @@ def is_native_only(payload: Payload) -> bool:
 
 def _entry(
     head: SessionHead, record: DeliveryConfirmation, key: str, written_at: datetime
-) -> TranscriptEntry:
+) -> bytes:
+    """The transcript-entry/1 record, as its bytes: serialised once, here. Every value comes
+    from a validated record or the head, so the bytes satisfy the schema (a test checks that
+    they are what TranscriptEntry validates and writes); `written_at` is checked by decide."""
     payload = record.payload
-    # Validated (in pydantic-core, faster than model_construct): a built entry always
-    # satisfies its own schema. The validator itself: model_validate adds a Python layer.
-    return _ENTRY.validate_python(
+    return _JSON(
         {
             "schema": "transcript-entry/1",
             "session_key": key,
@@ -317,11 +330,12 @@ def _entry(
 
 def entry_id(send_id: str) -> str:
     """uuid5(ENTRY_ID_NAMESPACE, send_id) as a string (inlined: uuid.uuid5 is slow)."""
-    digest = bytearray(hashlib.sha1(_NAMESPACE_BYTES + send_id.encode()).digest()[:16])
-    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
-    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
-    x = digest.hex()
-    return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
+    x = hashlib.sha1(_NAMESPACE_BYTES + send_id.encode()).hexdigest()
+    # version 5 in the 13th digit; the RFC 4122 variant (binary 10xx) in the 17th
+    return f"{x[:8]}-{x[8:12]}-5{x[13:16]}-{_VARIANT[x[16]]}{x[17:20]}-{x[20:32]}"
+
+
+_VARIANT = {d: "89ab"[int(d, 16) & 3] for d in "0123456789abcdef"}
 
 
 def posted_by(record: DeliveryConfirmation) -> PostedBy:
@@ -335,7 +349,7 @@ def _poster(record: DeliveryConfirmation) -> dict[str, str | None]:
         return {"kind": "job", "id": job.id, "name": job.name, "run_id": job.run_id}
     if sub is not None:
         return {"kind": "subagent", "id": sub.agent_id, "name": sub.label, "run_id": sub.run_id}
-    return {"kind": "agent", "id": record.agent_id}
+    return {"kind": "agent", "id": record.agent_id, "name": None, "run_id": None}
 
 
 def _write_diagnostics(

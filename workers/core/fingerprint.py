@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import hashlib
 
-import pydantic_core
+import msgspec
 
 from schemas import DeliveryConfirmation
 
 FINGERPRINT_HEX_CHARS = 32  # 128 bits: ample to tell two sends of one send_id apart
+# The canonical JSON is pydantic-core's `to_json` of the tuple (as the stored fingerprints were
+# made); msgspec writes the same bytes for strings, lists and None, in a third of the time (a
+# test compares the two over every code point).
+_JSON = msgspec.json.Encoder().encode
 
 
 def fingerprint(
@@ -45,7 +49,7 @@ def fingerprint(
         None if job is None else (job.id, job.name, job.run_id, job.mode, job_key),
         None if sub is None else (sub.run_id, sub.agent_id, sub.label),
     )
-    return hashlib.sha256(pydantic_core.to_json(content)).hexdigest()[:FINGERPRINT_HEX_CHARS]
+    return hashlib.sha256(_JSON(content)).hexdigest()[:FINGERPRINT_HEX_CHARS]
 
 
 __all__ = ["FINGERPRINT_HEX_CHARS", "fingerprint"]

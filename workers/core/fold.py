@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from schemas import DeliveryConfirmation, Invalid
-from schemas.records import InputRecord
+from schemas import Invalid
+from schemas.records import CONFIRMATION, InputRecord
 from workers.core.decide import DEFAULT_DEDUPE_WINDOW, Decision, decide, session_key_of
 from workers.core.outcomes import HANDLING_FAILED, Outcome, dead_letter
 from workers.core.state import EMPTY_HEAD, Seen, SessionHead, UnreadableState
@@ -76,7 +76,7 @@ def decide_in(
     """(the head read, the decision) for `record` of session `key`; never raises but
     StoreFailure. A failed decision leaves the head as it was and remembers nothing."""
     head = EMPTY_HEAD
-    send_id = record.send_id if isinstance(record, DeliveryConfirmation) else None
+    send_id = record.send_id if record.schema_ == CONFIRMATION else None
     try:
         head = view.head(key)
         prior = None if send_id is None else view.seen(key, send_id)
@@ -110,7 +110,7 @@ def step(
     """Decide one parsed input (or the Invalid parse_input returned) against `state`."""
     if isinstance(item, Invalid):
         return dead_letter(item.reason)
-    send_id = item.send_id if isinstance(item, DeliveryConfirmation) else None
+    send_id = item.send_id if item.schema_ == CONFIRMATION else None
     key = session_key_of(item)
     if isinstance(key, Invalid):
         return dead_letter(key.reason, send_id=send_id)

@@ -7,9 +7,8 @@ there are. A shell turns an outcome into Kafka writes: `entry` to transcript.ent
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, get_args
+from typing import Literal, NamedTuple, get_args
 
 from schemas import Diagnostic, DiagnosticLevel, SessionErasure, TranscriptEntry
 
@@ -38,19 +37,29 @@ CONFIRMED_BEFORE_ERASURE = "confirmed_before_erasure"  # info: a send of erased 
 HANDLING_FAILED = "handling failed"  # dead-letter reason prefix: the step raised
 
 _DIAGNOSTIC = Diagnostic.__pydantic_validator__  # model_validate without its Python layer
+_ENTRY = TranscriptEntry.__pydantic_validator__
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """The single result of deciding one input record."""
+class Outcome(NamedTuple):
+    """The single result of deciding one input record.
+
+    A written entry is carried as the bytes written (made once, in the core: the worker sends
+    them, replay prints them, audit compares them); `entry` reads them back as a model.
+    """
 
     kind: OutcomeKind
     session_key: str | None  # canonical; None only for dead letters that could not be keyed
     send_id: str | None
-    entry: TranscriptEntry | None = None  # set exactly when kind == "written"
+    entry_json: bytes | None = None  # the transcript-entry/1 record; exactly when "written"
     diagnostics: tuple[Diagnostic, ...] = ()
     error: str | None = None  # the reason, for dead letters
     erasure: SessionErasure | None = None  # set exactly when kind == "erased"
+    seq: int = 0  # the entry's seq, when written (its key: `<session_key>#<seq>`)
+
+    @property
+    def entry(self) -> TranscriptEntry | None:
+        """The written entry as a model (for readers and tests; parsed on each call)."""
+        return None if self.entry_json is None else _ENTRY.validate_json(self.entry_json)
 
 
 def dead_letter(

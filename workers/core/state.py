@@ -22,7 +22,6 @@ format-1 records with one seek.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from json.encoder import encode_basestring  # what json.dumps(ensure_ascii=False) uses for str
 from typing import NamedTuple
@@ -41,8 +40,7 @@ class UnreadableState(ValueError):
     """A stored state record that cannot be decoded (corrupt, or from an unknown format)."""
 
 
-@dataclass(frozen=True, slots=True)
-class SessionHead:
+class SessionHead(NamedTuple):
     """What one session remembers besides its send_ids.
 
     `clock` is the dedupe window's clock: the latest `confirmed_at` seen in the session,

@@ -416,7 +416,9 @@ def _copy(ks, topic: str, due: Mapping[int, tuple[int, int]], dbs: Mapping[int, 
         pending = set(due)
         last_record = time.monotonic()
         while pending:
-            fetched = c.poll(timeout_ms=500, max_records=50_000)
+            # short polls: the last offsets below `end` are often transaction markers, which a
+            # fetch passes without returning a record, and a poll returns early only for records
+            fetched = c.poll(timeout_ms=50, max_records=50_000)
             if fetched:
                 last_record = time.monotonic()
             for tp, records in fetched.items():

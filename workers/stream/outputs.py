@@ -5,10 +5,9 @@ One place for the wire form of outputs, so the worker writes and `audit` expects
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
-from schemas import MAX_RECORD_BYTES, Diagnostic, SessionErasure, TranscriptEntry
+from schemas import MAX_RECORD_BYTES, Diagnostic, SessionErasure
 from workers.core import Outcome
 from workers.stream.partitioning import partition_for
 
@@ -28,7 +27,6 @@ DEAD_LETTER_MAX_KEY = 16 * 1024  # more: the first bytes and `truncated.key: <si
 DEAD_LETTER_MAX_ERROR = 2048  # bytes of the `error` header (UTF-8, cut at a character)
 
 # model_dump_json(), as bytes: pydantic-core writes bytes, model_dump_json decodes them to str.
-_ENTRY = TranscriptEntry.__pydantic_serializer__
 _DIAGNOSTIC = Diagnostic.__pydantic_serializer__
 _ERASURE = SessionErasure.__pydantic_serializer__
 
@@ -44,8 +42,7 @@ class Source(NamedTuple):
     value: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class OutRecord:
+class OutRecord(NamedTuple):  # a NamedTuple, as Source: one or more are built per record
     topic: str  # logical name; the shell applies the prefix
     key: bytes | None
     value: bytes | None  # None: a tombstone (an erased entry)
@@ -71,16 +68,10 @@ def encode(outcome: Outcome, source: Source, partitions: int) -> list[OutRecord]
                    for seq in range(1, er.through_seq + 1))
         out.append(OutRecord(ERASURES, er.session_key.encode(),
                              _ERASURE.to_json(er, by_alias=True)))
-    if outcome.entry is not None:
-        e = outcome.entry
-        out.append(
-            OutRecord(
-                ENTRIES,
-                entry_key(e.session_key, e.seq),
-                _ENTRY.to_json(e),
-                partition_for(e.session_key, partitions),
-            )
-        )
+    if outcome.entry_json is not None:
+        key = outcome.session_key or ""  # a written outcome always has its session key
+        out.append(OutRecord(ENTRIES, entry_key(key, outcome.seq), outcome.entry_json,
+                             partition_for(key, partitions)))
     for d in outcome.diagnostics:
         out.append(OutRecord(DIAGNOSTICS, d.session_key.encode(), _DIAGNOSTIC.to_json(d)))
     return out

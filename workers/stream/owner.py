@@ -11,8 +11,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
-from schemas import DeliveryConfirmation, Invalid, parse_input
+from schemas import CONFIRMATION, Invalid, read_input
 from workers.core import (
     Outcome,
     Seen,
@@ -28,9 +29,11 @@ from workers.stream.outputs import CONFIRMATIONS, OutRecord, Source, encode
 from workers.stream.partitioning import partition_for
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
-    """What handling one record asks the shell to do, in this order: send, then store."""
+class Step(NamedTuple):
+    """What handling one record asks the shell to do, in this order: send, then store.
+
+    NamedTuples here and in the core's results: one of each is built per record, at a third
+    of a frozen dataclass's cost (which sets every field through object.__setattr__)."""
 
     outcome: str  # an outcome kind, or "rekeyed" when the record is forwarded to its own partition
     sends: list[OutRecord]
@@ -65,10 +68,10 @@ class Owner:
 
     def _step(self, source: Source, view: StateView, now: datetime | None) -> Step:
         partitions = self.partitions
-        record = parse_input(source.value)
+        record = read_input(source.value)
         if isinstance(record, Invalid):
             return self._dead(dead_letter(record.reason), source)
-        send_id = record.send_id if isinstance(record, DeliveryConfirmation) else None
+        send_id = record.send_id if record.schema_ == CONFIRMATION else None
         key = session_key_of(record)
         if isinstance(key, Invalid):
             return self._dead(dead_letter(key.reason, send_id=send_id), source)

@@ -67,15 +67,30 @@ def committed_offsets(ks: KafkaSettings, group: str):  # noqa: ANN201
     from kafka.errors import KafkaError
 
     admin: list[KafkaAdminClient] = []
+    lock = threading.Lock()
+
+    def connect() -> KafkaAdminClient:
+        with lock:
+            if not admin:
+                admin.append(KafkaAdminClient(**ks.kafka_python_kwargs(),
+                                              client_id=f"{group}-offsets"))
+            return admin[0]
+
+    def warm_up() -> None:
+        try:
+            connect()
+        except Exception:  # noqa: BLE001  (ask connects again, and says why it cannot)
+            log.debug("the offsets client did not connect ahead of the first batch", exc_info=True)
+
+    # connected while faust starts: a kafka-python client takes 0.2-0.5 s to bootstrap, and the
+    # first batch waits for the committed offsets
+    threading.Thread(target=warm_up, name="offsets-client", daemon=True).start()
 
     def ask(tps: list) -> dict:
-        if not admin:
-            admin.append(KafkaAdminClient(**ks.kafka_python_kwargs(),
-                                          client_id=f"{group}-offsets"))
         deadline, pause = time.monotonic() + COMMITTED_OFFSETS_TIMEOUT_S, 0.2
         while True:
             try:
-                found = admin[0].list_group_offsets(group).get(group, {})
+                found = connect().list_group_offsets(group).get(group, {})
                 break
             except KafkaError as exc:  # e.g. the coordinator moved or is loading after a restart
                 if not getattr(exc, "retriable", False) or time.monotonic() > deadline:
@@ -111,11 +126,28 @@ def producer_factory(ks: KafkaSettings, app_id: str, transaction_timeout_s: floa
     return new_producer
 
 
+def _prompt_table_manager():  # noqa: ANN202  (faust is imported when the app is built)
+    from faust.tables import TableManager
+
+    class PromptTableManager(TableManager):
+        """faust's TableManager, without the second it sleeps before starting recovery (for
+        tables declared after the app starts): the worker declares its one table before, and
+        every start, restart and rebalance test runs through this."""
+
+        async def on_start(self) -> None:
+            if not self.should_stop:
+                await self._update_channels()
+                await self.recovery.start()
+
+    return PromptTableManager
+
+
 def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str, int],
               http_socket=None, metrics: Metrics | None = None):  # noqa: ANN001
     """`http_socket`: a bound socket to serve /livez /readyz /metrics on."""
     import faust
 
+    PromptTableManager = _prompt_table_manager()
     inbox = Inbox(ks.topic(CONFIRMATIONS), maxsize=2 * ws.max_batch)
     app = faust.App(
         ks.topic_prefix + ws.app_id,
@@ -147,6 +179,7 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         # holds at most 3 batches of input records (plus one fetch per partition in aiokafka)
         broker_max_poll_records=ws.max_batch,
         ConsumerScheduler=scheduler_for(inbox),
+        TableManager=PromptTableManager,
     )
     input_topic(app, inbox)
     exactly_once = ws.processing_guarantee == "exactly_once"
