@@ -225,9 +225,59 @@ def last_timestamp(topics: list[str], back: int = 200) -> float | None:
         c.close()
 
 
+WORKER_ARGV = ("-m", "workers", "worker")
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def _argv(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def own_pid(pid: int, argv_tail: tuple[str, ...] = WORKER_ARGV) -> int:
+    """The process running `argv_tail` (`python -m workers worker`): `pid` itself when it is
+    (Popen of an argv list execs the interpreter directly), else its first descendant that is
+    (a wrapper shell or launcher in between); `pid` when none is found."""
+    todo, seen = [pid], set()
+    while todo:
+        p = todo.pop(0)
+        if p in seen:
+            continue
+        seen.add(p)
+        argv = [a for a in _argv(p) if a]
+        if tuple(argv[1:1 + len(argv_tail)]) == argv_tail:
+            return p
+        todo += _children(p)
+    return pid
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    """VmHWM of /proc/<pid>/status (the resident set's high-water mark since the process
+    started) in MB (2^20 bytes); None when the process is gone or the field is missing."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 class WorkerProc:
     """`python -m workers worker` with its own app id, state dir and processing guarantee
-    (TRANSCRIPT_PROCESSING_GUARANTEE); output to a log file."""
+    (TRANSCRIPT_PROCESSING_GUARANTEE); output to a log file. `peak_rss_mb()` reads the worker
+    process's VmHWM; stop() reads it too, just before the SIGTERM (`peak_rss_mb_at_stop`)."""
 
     def __init__(self, prefix: str, app_id: str, state_dir: Path, log: Path,
                  guarantee: str = GUARANTEES[0]) -> None:
@@ -241,13 +291,24 @@ class WorkerProc:
         self.log = log
         self.proc: subprocess.Popen | None = None
         self.started_at = 0.0
+        self.peak_rss_at_stop_mb: float | None = None
 
     def start(self) -> WorkerProc:
         out = self.log.open("ab")
         self.started_at = time.time()
-        self.proc = subprocess.Popen([sys.executable, "-m", "workers", "worker"], cwd=ROOT,
+        self.peak_rss_at_stop_mb = None
+        self.proc = subprocess.Popen([sys.executable, *WORKER_ARGV], cwd=ROOT,
                                      env=self.env, stdout=out, stderr=subprocess.STDOUT)
         return self
+
+    def pid(self) -> int | None:
+        """The worker's own PID (not a wrapper's), while it runs."""
+        return own_pid(self.proc.pid) if self.alive() else None  # type: ignore[union-attr]
+
+    def peak_rss_mb(self) -> float | None:
+        """The worker's peak resident set so far (VmHWM), MB; None when it is not running."""
+        pid = self.pid()
+        return None if pid is None else peak_rss_mb(pid)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -255,6 +316,7 @@ class WorkerProc:
     def stop(self, timeout: float = 60) -> int | None:
         if self.proc is None or self.proc.poll() is not None:
             return None if self.proc is None else self.proc.returncode
+        self.peak_rss_at_stop_mb = self.peak_rss_mb()
         self.proc.send_signal(signal.SIGTERM)
         try:
             return self.proc.wait(timeout=timeout)

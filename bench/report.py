@@ -39,6 +39,89 @@ def _seconds(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.2f}s"
 
 
+# issue 15's targets: (id, what, the figure's path in the result, op, bound, unit); judged on the
+# default (first) mode. A path step "<mode>" is that mode; a figure not in the result is "not
+# measured" (a baseline left out, or a failed phase)
+TARGETS = (
+    ("worker_vs_quix_exactly_once", "worker / Quix exactly-once, drain",
+     ("worker_vs_quix", "exactly_once", "events_per_s"), ">=", 1.5, "x"),
+    ("worker_vs_librdkafka", "worker / librdkafka passthrough", ("worker_vs_librdkafka", "<mode>"),
+     ">=", 0.3, "x"),
+    ("core_us_per_record", "the core, decide_speed --worker", ("core_us_per_record",), "<=", 10.0,
+     "µs/record"),
+    ("p99_1000", "p99 at 1,000/s", ("latency_ms", "1000", "p99"), "<=", 50.0, "ms"),
+    ("p99_5000", "p99 at 5,000/s", ("latency_ms", "5000", "p99"), "<=", 100.0, "ms"),
+    ("recovery_from_changelog", "recovery of 100k sessions from the changelog",
+     ("recovery_s", "from_changelog"), "<=", 5.0, "s"),
+    ("recovery_local", "recovery of 100k sessions with local state", ("recovery_s", "local"),
+     "<=", 2.0, "s"),
+    ("peak_rss", "peak RSS over (c), 200k records", ("peak_rss_mb", "<mode>"), "<=", 300.0, "MB"),
+)
+_OP = {">=": "≥", "<=": "≤"}
+
+
+def _dig(r: dict, path: tuple[str, ...], mode: str | None):  # noqa: ANN202
+    v = r
+    for step in path:
+        if not isinstance(v, dict):
+            return None
+        v = v.get(mode if step == "<mode>" else step)
+    return v if isinstance(v, int | float) and v == v else None  # not NaN
+
+
+def targets(r: dict) -> dict:
+    """Each issue-15 target with this run's figure and whether it is met (None: not measured).
+    `scale` notes a run on other sizes than the target's (100k sessions, 200k records)."""
+    mode = r.get("processing_guarantee")
+    out = {}
+    for key, what, path, op, bound, unit in TARGETS:
+        v = _dig(r, path, mode)
+        t = {"what": what, "op": op, "target": bound, "unit": unit, "value": v, "mode": mode,
+             "met": None if v is None else (v >= bound if op == ">=" else v <= bound)}
+        sessions = r.get("records", {}).get("recovery_sessions")
+        if key.startswith("recovery") and sessions != 100_000:
+            t["scale"] = f"measured with {sessions:,} sessions"
+        if key == "peak_rss" and r.get("records", {}).get("throughput") != 200_000:
+            t["scale"] = f"measured with {r['records']['throughput']:,} records"
+        out[key] = t
+    return out
+
+
+def _target(r: dict, key: str, fmt: str = "g", value: float | None = None, note: str = "") -> str:
+    """`≤ 50 ms (met)` / `≤ 50 ms (NOT met)` / `≤ 50 ms` (not measured) for the table's target
+    columns; `value` judges another figure than the target's own (another mode's) by the same
+    bound; `note` goes before the verdict."""
+    t = (r.get("targets") or targets(r)).get(key)
+    if t is None:
+        return ""
+    ok = t["met"] if value is None else \
+        (value >= t["target"] if t["op"] == ">=" else value <= t["target"])
+    unit = "" if t["unit"] == "x" else f" {t['unit']}"
+    met = {True: " (met)", False: " (NOT met)", None: ""}[ok]
+    return f"{_OP[t['op']]} {t['target']:{fmt}}{unit}{note}{met}"
+
+
+def _targets_line(r: dict) -> list[str]:
+    ts = r.get("targets") or targets(r)
+    met = [t for t in ts.values() if t["met"]]
+    missed = [t for t in ts.values() if t["met"] is False]
+    unmeasured = [t for t in ts.values() if t["met"] is None]
+
+    def name(t: dict) -> str:
+        v = "" if t["value"] is None else f" ({t['value']:g}{'' if t['unit'] == 'x' else ' '}"
+        v += "" if t["value"] is None else f"{t['unit']} vs {_OP[t['op']]} {t['target']:g})"
+        return t["what"] + v + (f" [{t['scale']}]" if t.get("scale") else "")
+
+    mode = next(iter(ts.values()), {}).get("mode")
+    lines = [f"targets of issue 15 ({mode or 'the worker'}): met {len(met)} of "
+             f"{len(met) + len(missed)} measured" + (f", {len(unmeasured)} not measured"
+                                                     if unmeasured else "")]
+    for label, group in (("met", met), ("NOT met", missed), ("not measured", unmeasured)):
+        if group:
+            lines.append(f"    {label}: " + "; ".join(name(t) for t in group))
+    return lines
+
+
 def table(r: dict) -> str:
     t, n = r["throughput"], r["records"]
     modes = _modes(r)
@@ -79,6 +162,10 @@ def table(r: dict) -> str:
         lines.append(f"{'    exactly_once / at_least_once':<{w}}{cmp_['events_per_s']:>12.2f}"
                      f"{'':>12}{'':>10}   (to last output sent: "
                      f"{cmp_['events_per_s_to_last_output']:.2f})")
+    if (x2 := t.get("worker_two_processes")) is not None:
+        label = f"(c2) worker x2 processes, one group, {x2['mode']}"
+        lines.append(f"{label:<{w}}{x2['events_per_s']:>12,.0f}"
+                     f"{x2['events_per_s'] / ceiling:>12.2f}{x2['seconds']:>10.2f}")
     for mode, key, _ in modes:
         x = t[key]
         name = f" {mode}" if mode else ""
@@ -89,6 +176,25 @@ def table(r: dict) -> str:
             f"{x['events_per_s_to_last_output']:,.0f} events/s (lag 0 also waits for the "
             "offset commit)",
         ]
+    for mode, key, _ in modes:
+        x = t[key]
+        if x.get("peak_rss_mb") is not None:
+            name = f" {mode}" if mode else ""
+            after = x.get("peak_rss_mb_after_latency")
+            tgt = _target(r, "peak_rss", value=x["peak_rss_mb"], note=" for 200k records")
+            lines.append(f"    worker{name} peak RSS (VmHWM) over (c): {x['peak_rss_mb']:,.0f} MB"
+                         f", target {tgt}" + (f"; after (d): {after:,.0f} MB" if after else ""))
+    if x2 is not None:
+        sc = r.get("scaling_two_processes") or {}
+        parts = x2.get("partitions_per_member")
+        rss = [f"{v:,.0f}" if v is not None else "?" for v in x2.get("peak_rss_mb_per_process")
+               or ()]
+        lines.append(f"    two processes / one (c), {x2['mode']}: "
+                     f"{sc.get('events_per_s', NAN):.2f} (scaling ratio; to last output sent "
+                     f"{sc.get('events_per_s_to_last_output', NAN):.2f}); start-up "
+                     f"{x2['startup_s']:.2f}s; input partitions per process: "
+                     f"{'+'.join(map(str, parts)) if parts else 'n/a'}; peak RSS "
+                     f"{' / '.join(rss) or 'n/a'} MB")
     for name, mode in quix:
         q = t[name]
         lines.append(f"    Quix {mode} start-up: {q['startup_s']:.2f}s; to last output sent: "
@@ -98,13 +204,18 @@ def table(r: dict) -> str:
     vq, vr = r.get("worker_vs_quix") or {}, r.get("worker_vs_librdkafka") or {}
     if vq or vr:
         lines += ["", f"{'ratios (same run)':<{w}}{'drain':>12}{'incl.start':>12}"
-                      f"{'to last':>10}"]
+                      f"{'to last':>10}   target (drain)"]
+        primary = r.get("processing_guarantee")
         for mode, x in vq.items():
+            tgt = _target(r, "worker_vs_quix_exactly_once", ".2f") if mode == "exactly_once" \
+                else ""
             lines.append(f"{'    worker / Quix Streams, ' + mode:<{w}}{x['events_per_s']:>12.2f}"
                          f"{x['events_per_s_incl_startup']:>12.2f}"
-                         f"{x['events_per_s_to_last_output']:>10.2f}")
+                         f"{x['events_per_s_to_last_output']:>10.2f}   {tgt}".rstrip())
         for mode, x in vr.items():
-            lines.append(f"{'    worker ' + mode + ' / librdkafka passthrough':<{w}}{x:>12.2f}")
+            tgt = _target(r, "worker_vs_librdkafka", ".2f") if mode == primary else ""
+            lines.append(f"{'    worker ' + mode + ' / librdkafka passthrough':<{w}}{x:>12.2f}"
+                         f"{'':>22}   {tgt}".rstrip())
     b = r.get("baselines")
     if b:
         v = b.get("versions", {})
@@ -112,7 +223,8 @@ def table(r: dict) -> str:
                      f"{v.get('quixstreams')}, confluent-kafka {v.get('confluent_kafka')} "
                      f"(librdkafka {v.get('librdkafka')}), orjson {v.get('orjson')}")
     lines += ["", f"{'(d) end-to-end latency, ms':<34}{'p50':>9}{'p95':>9}{'p99':>9}{'max':>9}"
-                  f"{'achieved/s':>12}{'entries':>9}"]
+                  f"{'achieved/s':>12}{'entries':>9}   p99 target"]
+    p99_targets = {"1000": "p99_1000", "5000": "p99_5000"}
     rates: list[str] = []
     for _, _, lkey in modes:
         rates += [k for k in r.get(lkey, {}) if k not in rates]
@@ -125,9 +237,11 @@ def table(r: dict) -> str:
             label = (f"    at {rate}/s" if first else "") if not mode else \
                 f"{'    at ' + rate + '/s' if first else '':<14}{mode}"
             first = False
+            tgt = _target(r, p99_targets[rate]) if rate in p99_targets and lkey == "latency_ms" \
+                else ""
             lines.append(f"{label:<34}{v['p50']:>9.1f}{v['p95']:>9.1f}{v['p99']:>9.1f}"
                          f"{v['max'] or NAN:>9.1f}{v['achieved_rate']:>12,.0f}"
-                         f"{v['entries_measured']:>9,}")
+                         f"{v['entries_measured']:>9,}   {tgt}".rstrip())
         ratio = (cmp_ or {}).get("latency", {}).get(rate)
         if ratio:
             lines.append(f"{'':<14}{'exactly/at-least':<20}"
@@ -153,9 +267,22 @@ def table(r: dict) -> str:
         "",
         f"(e) recovery{mode} with {n['recovery_sessions']:,} sessions of state "
         "(worker start -> new record's entry readable):",
-        f"    local RocksDB kept: {_seconds(rec.get('local'))}    "
-        f"state dir wiped (from changelog): {_seconds(rec.get('from_changelog'))}",
+        f"    local RocksDB kept: {_seconds(rec.get('local'))}, target "
+        f"{_target(r, 'recovery_local')}    state dir wiped (from changelog): "
+        f"{_seconds(rec.get('from_changelog'))}, target {_target(r, 'recovery_from_changelog')}"
+        + ("" if n.get("recovery_sessions") == 100_000 else
+           "; the targets are for 100,000 sessions"),
     ]
+    core = r.get("core")
+    if core:
+        ph = ", ".join(f"{k} {v['us_per_record']:.2f}" for k, v in core.get("phases", {}).items())
+        lines += ["", f"(g) the core without Kafka ({core.get('command', 'decide_speed --worker')}"
+                      f", the same {core.get('records') or 0:,} records):",
+                  f"    {core['us_per_record']:.2f} µs/record ({ph}) = "
+                  f"{core['records_per_s']:,} records/s   target "
+                  f"{_target(r, 'core_us_per_record')}"]
+    if r.get("targets") is not None or r.get("core") is not None:
+        lines += [""] + _targets_line(r)
     if r.get("missing"):
         lines += ["", "MISSING: " + "; ".join(r["missing"])]
     lines.append(f"\nwall time: {r['wall_s']:.0f}s")
@@ -184,6 +311,10 @@ def chart(r: dict, path: Path) -> None:
     names += [f"worker\n{_ABBREV.get(m, m)}" if m else "worker" for m, _, _ in modes]
     vals += [t[k]["events_per_s"] for _, k, _ in modes]
     colors += ["#d6792c", "#e8b07a"][:len(modes)]
+    if (x2 := t.get("worker_two_processes")) is not None:
+        names.append(f"worker x2\n{_ABBREV.get(x2['mode'], x2['mode'])}")
+        vals.append(x2["events_per_s"])
+        colors.append("#b85c1f")
     bars = a.bar(names, vals, color=colors)
     a.bar_label(bars, labels=[f"{v:,.0f}" for v in vals], fontsize=7 if len(vals) > 5 else 10)
     a.tick_params(axis="x", labelsize=8 if len(vals) > 5 else 10)
@@ -211,6 +342,8 @@ def chart(r: dict, path: Path) -> None:
     positive = [y for y in seen if y and y > 0]
     if positive and max(positive) / min(positive) > 30:
         b.set_yscale("log")
+    elif positive:
+        b.set_ylim(top=max(positive) * 1.4)  # room for the legend above the bars
     b.set_xticks(range(len(rates)), [f"{k}/s" for k in rates])
     b.set_ylabel("ms (produce -> entry readable)")
     b.set_title("end-to-end latency by input rate" + (" and mode" if len(modes) > 1 else ""))

@@ -1,20 +1,28 @@
 """`make bench`: throughput and latency of the worker, side by side with baselines of the same run.
 
     .venv/bin/python bench/run.py [--records 200000] [--rate-seconds 16]
-                                  [--recovery-sessions 100000]
+                                  [--recovery-sessions 100000] [--rates 500,1000,2000,5000]
                                   [--modes exactly_once,at_least_once] [--other-rates 1000]
                                   [--baselines all|none|librdkafka,quix,quix_eos,quix_alo]
-                                  [--quix-commit-interval 1.0]
+                                  [--quix-commit-interval 1.0] [--no-scaling]
 
 One run on the local broker, on fresh topics under a unique prefix (deleted at the end):
+  (g) the core without Kafka: bench/decide_speed.py --worker over the same generated input
+      (a temporary JSON-lines file), its µs per record parsed from its output
   (a) ceiling: aiokafka consume -> produce passthrough, acks=all, commit after acks
   (a2) the same passthrough with librdkafka (confluent-kafka): bench/librdkafka_passthrough.py
   (b) a faust noop agent (concurrency=1) over the same input
   (q) a Quix Streams pipeline doing the worker's per-session work (bench/quix_baseline.py),
       exactly-once and at-least-once, each on its own copy of the input, topics and state,
       measured as (c) is; (a2) and (q) run in the bench virtualenv (bench/baselines.py)
-  (c) the worker draining the same preloaded input (first output -> committed lag 0)
-  (d) end-to-end latency at fixed input rates, the worker running throughout
+  (c) the worker draining the same preloaded input (first output -> committed lag 0), and
+      its peak RSS: VmHWM of the worker process (/proc/<pid>/status) read as lag 0 is seen
+  (d) end-to-end latency at fixed input rates, the worker running throughout (default rates
+      500, 1000, 2000 and 5000/s; --rates replaces them)
+  (c2) after the first mode's (c) and (d): two worker processes in one consumer group (a state
+      dir each) draining their own copy of the preloaded input on topics of their own, measured
+      as (c); its events/s over the one-process (c) of the same run is the scaling ratio. Only
+      the first mode; --no-scaling leaves it out
   (c) and (d) once per processing guarantee (TRANSCRIPT_PROCESSING_GUARANTEE), one after the
       other, each worker on its own topics (the same input preloaded on each) so that neither
       sees the other's output; the first mode (exactly_once) on the prefix (a) and (b) read
@@ -27,6 +35,12 @@ have their own (throughput.worker_at_least_once, latency_ms_at_least_once, ...),
 exactly_once_vs_at_least_once holds the ratios. The baselines: throughput.librdkafka_passthrough,
 throughput.quix_exactly_once, throughput.quix_at_least_once, worker_vs_quix and
 worker_vs_librdkafka (ratios per worker mode) and baselines (versions, settings).
+Added for issue 15: throughput.<worker key>.peak_rss_mb (at lag 0 of (c)) and
+.peak_rss_mb_after_latency (as the worker is stopped after (d)), peak_rss_mb (per mode);
+throughput.worker_two_processes (its input: records.two_processes),
+worker_two_processes_events_per_s and scaling_two_processes (c2 over c); core (the
+decide_speed figures) and core_us_per_record; targets: each issue-15 target with its figure
+and whether this run met it (judged on the first mode).
 """
 
 from __future__ import annotations
@@ -39,6 +53,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 import uuid
@@ -153,6 +168,60 @@ def sink(prefix: str, workdir: Path, timeout: float = 600) -> dict:
             "rows_per_s": rows / seconds}
 
 
+def core_speed(path: Path, timeout: float = 300) -> dict:
+    """(g) `bench/decide_speed.py FILE --worker`: the worker's per-record path without Kafka
+    over the run's input; its `handle`, `writes` and `all` lines parsed (µs per record)."""
+    done = subprocess.run([sys.executable, "bench/decide_speed.py", str(path), "--worker"],
+                          cwd=ROOT, capture_output=True, timeout=timeout,
+                          env=dict(os.environ, PYTHONIOENCODING="utf-8"))
+    out = done.stdout.decode("utf-8", errors="replace")
+    if done.returncode != 0:
+        raise RuntimeError(f"decide_speed exited {done.returncode}: "
+                           f"{done.stderr.decode(errors='replace')[-2000:]}")
+    r: dict = {}
+    for line in out.splitlines():
+        if m := re.match(r"(\w+)\s+([\d,]+) records/s\s+([\d.]+) µs/record", line):
+            r[m.group(1)] = {"records_per_s": int(m.group(2).replace(",", "")),
+                             "us_per_record": float(m.group(3))}
+        elif m := re.match(r"([\d,]+) records, batches of", line):
+            r["records"] = int(m.group(1).replace(",", ""))
+    if "all" not in r:
+        raise RuntimeError(f"decide_speed: no 'all ... µs/record' line in {out!r}")
+    return {"us_per_record": r["all"]["us_per_record"],
+            "records_per_s": r["all"]["records_per_s"], "records": r.get("records"),
+            "phases": {k: v for k, v in r.items() if k not in ("all", "records")},
+            "command": "bench/decide_speed.py FILE --worker"}
+
+
+def write_jsonl(records: list[tuple[bytes | None, bytes]]) -> tuple[Path, int]:
+    """The records' values, one a line, in a temporary file (decide_speed reads a file);
+    a value holding a line break cannot be one line and is left out (counted)."""
+    fd, name = tempfile.mkstemp(prefix="bench-input-", suffix=".jsonl")
+    left_out = 0
+    with os.fdopen(fd, "wb") as f:
+        for _, value in records:
+            if b"\n" in value or b"\r" in value:
+                left_out += 1
+                continue
+            f.write(value + b"\n")
+    return Path(name), left_out
+
+
+def two_processes(prefix: str, app_id: str, workdir: Path, mode: str) -> dict:
+    """(c2) two worker processes of one group (a state dir each) draining the preloaded input
+    of `prefix`, measured as (c)."""
+    procs = [WorkerProc(prefix, app_id, workdir / f"state-x2-{i}", workdir / f"worker-x2-{i}.log",
+                        mode) for i in (1, 2)]
+    try:
+        return worker_bench.throughput(procs, prefix)
+    except Exception:
+        log("\n".join(f"--- {w.log}\n{w.tail()}" for w in procs))
+        raise
+    finally:
+        for w in procs:
+            w.stop()
+
+
 def delete_groups(prefix: str) -> None:
     from kafka.admin import KafkaAdminClient
 
@@ -199,8 +268,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000,
                         help="preloaded input of (a), (b) and of (c) in each mode")
-    parser.add_argument("--rates", default="500,1000,2000",
-                        help="input rates of (d) in the default (first) mode")
+    parser.add_argument("--rates", default="500,1000,2000,5000",
+                        help="input rates of (d) in the default (first) mode (issue 15's "
+                             "targets are at 1000 and 5000)")
     parser.add_argument("--other-rates", default=None,
                         help="input rates of (d) in the other modes (default: --rates)")
     parser.add_argument("--rate-seconds", type=float, default=16.0)
@@ -216,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quix-commit-interval", type=float, default=1.0,
                         help="seconds between the Quix pipeline's checkpoints (its offset "
                              "commit; a transaction exactly-once). Quix's default is 5")
+    parser.add_argument("--no-scaling", dest="scaling", action="store_false",
+                        help="leave out (c2), two worker processes of the first mode")
     parser.add_argument("--results", type=Path, default=RESULTS,
                         help="directory for latest.json and latest.png")
     args = parser.parse_args(argv)
@@ -242,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     # their own prefix under it: own input, outputs, changelog, group and transactional ids
     prefixes = {m: prefix if m == primary else f"{prefix}{SHORT[m]}." for m in modes}
     app_ids = {m: "bench-worker" if m == primary else f"bench-worker-{SHORT[m]}" for m in modes}
+    x2_prefix, x2_app_id = f"{prefix}x2.", "bench-worker-x2"  # (c2): own input, outputs, group
     result: dict = {
         "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"nproc": os.cpu_count(), "python": platform.python_version(),
@@ -253,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         "records": {"throughput": n, "latency_per_rate": {str(r): int(r * args.rate_seconds)
                                                           for r in rates},
                     "latency_rates": {m: mode_rates[m] for m in modes},
-                    "recovery_sessions": args.recovery_sessions},
+                    "recovery_sessions": args.recovery_sessions,
+                    "two_processes": n if args.scaling else None},
         "throughput": {}, "latency_ms": {}, "recovery_s": {}, "missing": [],
     }
     for m in modes:
@@ -271,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for m in modes:
             topics_apply(prefixes[m], app_ids[m])
+        if args.scaling:
+            topics_apply(x2_prefix, x2_app_id)
         for b in quix_runs:  # the deployment's topics, outputs on the broker's append time
             topics_apply(baselines.quix_prefix(prefix, b), baselines.QUIX_APP_ID)
             baselines.log_append_time(baselines.quix_prefix(prefix, b))
@@ -286,7 +362,22 @@ def main(argv: list[str] | None = None) -> int:
         for b in quix_runs:
             log(f"  preloaded for {b} in "
                 f"{preload(baselines.quix_prefix(prefix, b) + CONFIRMATIONS, records):.1f}s")
+        if args.scaling:
+            log(f"  preloaded for two processes in "
+                f"{preload(x2_prefix + CONFIRMATIONS, records):.1f}s")
+        jsonl, left_out = write_jsonl(records)
         del records
+
+        phase("(g) the core without Kafka: bench/decide_speed.py --worker over the same input")
+        try:
+            result["core"] = core_speed(jsonl)
+            result["core"]["left_out"] = left_out
+            log(f"  {result['core']}")
+        except Exception as exc:
+            result["missing"].append(f"core (decide_speed): {exc}")
+            log(traceback.format_exc())
+        finally:
+            jsonl.unlink(missing_ok=True)
 
         phase("(a) ceiling: aiokafka passthrough")
         result["throughput"]["ceiling"] = ceiling.run(src, dst, prefix + "bench-ceiling", n)
@@ -352,6 +443,18 @@ def main(argv: list[str] | None = None) -> int:
                 log(traceback.format_exc())
             finally:
                 worker.stop()
+                if (w := result["throughput"].get(worker_key(result, m))) is not None:
+                    w["peak_rss_mb_after_latency"] = worker.peak_rss_at_stop_mb
+
+            if m == primary and args.scaling:
+                phase(f"(c2) two worker processes, {m}, one group: draining the preloaded input")
+                try:
+                    x2 = two_processes(x2_prefix, x2_app_id, workdir, m)
+                    result["throughput"]["worker_two_processes"] = x2
+                    log(f"  {x2}")
+                except Exception as exc:
+                    result["missing"].append(f"two worker processes: {exc}")
+                    log(traceback.format_exc())
 
         phase(f"audit --strict of all the {primary} worker wrote (replays the input)")
         t = time.monotonic()
@@ -424,9 +527,21 @@ def main(argv: list[str] | None = None) -> int:
             result.setdefault("worker_vs_quix", {})[mode] = {
                 k: round(w[k] / q[k], 3) for k in ("events_per_s", "events_per_s_incl_startup",
                                                    "events_per_s_to_last_output")}
+    for m in modes:
+        if (w := tp.get(worker_key(result, m))) is not None and "peak_rss_mb" in w:
+            result.setdefault("peak_rss_mb", {})[m] = w["peak_rss_mb"]
+    if (x2 := tp.get("worker_two_processes")) is not None:
+        result["worker_two_processes_events_per_s"] = round(x2["events_per_s"], 1)
+        if (one := tp.get("worker")) is not None:
+            result["scaling_two_processes"] = {
+                k: round(x2[k] / one[k], 3) for k in ("events_per_s", "events_per_s_incl_startup",
+                                                      "events_per_s_to_last_output")}
+    if (core := result.get("core")) is not None:
+        result["core_us_per_record"] = core["us_per_record"]
     if {"exactly_once", "at_least_once"} <= {m for m in modes if worker_key(result, m) in tp}:
         result["exactly_once_vs_at_least_once"] = compare(result, "exactly_once",
                                                           "at_least_once")
+    result["targets"] = report.targets(result)
     result["wall_s"] = round(time.monotonic() - wall0, 1)
     out = args.results
     out.mkdir(parents=True, exist_ok=True)

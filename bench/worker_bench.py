@@ -7,6 +7,7 @@ import json
 import shutil
 import time
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -27,12 +28,22 @@ from workers.stream.partitioning import partition_for
 from workers.synthetic import generate
 
 
-def throughput(worker: WorkerProc, prefix: str, timeout: float = 400) -> dict:
-    """Start the worker on the preloaded input; first output -> committed lag 0."""
-    lag = Lag(worker.group, prefix + CONFIRMATIONS)
+def throughput(worker: WorkerProc | Sequence[WorkerProc], prefix: str,
+               timeout: float = 400) -> dict:
+    """Start the worker on the preloaded input; first output -> committed lag 0.
+
+    `worker` may be several processes of one consumer group (same app id, a state dir each),
+    started together and measured as one: from the first output of any to the group's lag 0
+    over all partitions. A process's peak RSS (VmHWM) is read as lag 0 is seen, while it still
+    runs: its peak over start-up and the drain."""
+    procs = list(worker) if isinstance(worker, Sequence) else [worker]
+    lag = Lag(procs[0].group, prefix + CONFIRMATIONS)
     try:
-        worker.start()
-        t_zero = lag.wait_zero(timeout, alive=worker.alive)
+        for w in procs:
+            w.start()
+        t_zero = lag.wait_zero(timeout, alive=lambda: all(w.alive() for w in procs))
+        rss = [w.peak_rss_mb() if hasattr(w, "peak_rss_mb") else None for w in procs]
+        members = group_members(lag.group, lag.topic) if len(procs) > 1 else None
         offsets = sum(lag.consumer.end_offsets(lag.tps).values())
         # re-keyed copies included; counted, as exactly-once adds transaction markers to offsets
         events = lag.records()
@@ -43,10 +54,36 @@ def throughput(worker: WorkerProc, prefix: str, timeout: float = 400) -> dict:
     seconds = t_zero - t_first
     # lag 0 needs faust's next offset commit (commit_interval 2.8 s by default); the span to the
     # last output sent shows how much of `seconds` that wait is
-    return {"mode": worker.guarantee, "events": events, "offsets": offsets,
-            "startup_s": t_first - worker.started_at, "seconds": seconds,
-            "events_per_s": events / seconds, "first_to_last_output_s": t_last - t_first,
-            "events_per_s_to_last_output": events / (t_last - t_first)}
+    out = {"mode": procs[0].guarantee, "events": events, "offsets": offsets,
+           "startup_s": t_first - min(w.started_at for w in procs), "seconds": seconds,
+           "events_per_s": events / seconds, "first_to_last_output_s": t_last - t_first,
+           "events_per_s_to_last_output": events / (t_last - t_first)}
+    if known := [x for x in rss if x is not None]:
+        out["peak_rss_mb"] = max(known)  # of the process that peaked highest
+    if len(procs) > 1:
+        out["processes"] = len(procs)
+        out["peak_rss_mb_per_process"] = rss
+        out["partitions_per_member"] = members
+    return out
+
+
+def group_members(group: str, topic: str) -> list[int] | None:
+    """Partitions of `topic` assigned to each member of `group` (sorted), as the broker sees
+    it; None when it cannot be read."""
+    from kafka.admin import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
+    try:
+        counts = []
+        for m in admin.describe_groups([group])[group]["members"]:
+            assigned = (m.get("member_assignment") or {}).get("assigned_partitions") or []
+            counts.append(sum(len(a["partitions"]) for a in assigned
+                              if a["topic"] == topic))
+        return sorted(counts)
+    except Exception:  # noqa: BLE001  (a detail of the report, never a reason to fail the run)
+        return None
+    finally:
+        admin.close()
 
 
 def _tagged(n: int, seed: int, tag: str, start: datetime) -> list[tuple[bytes | None, bytes, str]]:
