@@ -205,6 +205,7 @@ WORKER_ENV = {
     "TRANSCRIPT_TRANSACTION_TIMEOUT_S": "transaction_timeout_s",
     "TRANSCRIPT_CHECKPOINT_INTERVAL_S": "checkpoint_interval_s",
     "TRANSCRIPT_CHECKPOINT_KEEP": "checkpoint_keep",
+    "TRANSCRIPT_CHECKPOINT_KEYS_PER_BATCH": "checkpoint_keys_per_batch",
 }
 
 
@@ -244,6 +245,9 @@ class WorkerSettings(BaseModel):
     checkpoint_interval_s: float = Field(default=86400.0, ge=0.1, le=7 * 86400,
                                          allow_inf_nan=False)
     checkpoint_keep: int = Field(default=9, ge=1, le=1000)
+    # state keys of checkpoints one batch (so one transaction) carries at most: a larger
+    # partition's checkpoint is spread over batches
+    checkpoint_keys_per_batch: int = Field(default=100_000, ge=100, le=10_000_000)
 
 
 def worker_settings(environ: Mapping[str, str] | None = None) -> WorkerSettings:

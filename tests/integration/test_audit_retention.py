@@ -1,22 +1,24 @@
 """`audit` past input retention: the oldest input records deleted (as retention does), the audit
 starts each partition at a checkpoint the worker wrote (workers/stream/checkpoints.py) and stays
 exact: clean on what the worker wrote, and still finding a forged, a missing and a changed
-entry."""
+entry; a session erased before the checkpoint is checked against its erasure record."""
 
 from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from kafka import KafkaAdminClient, TopicPartition
 
 from tests.conftest import cli
-from tests.integration.harness import Collector, WorkerProcess, wait_drained
-from workers.kafka_io import end_offsets, producer, publish
+from tests.integration.harness import Collector, WorkerProcess, group_of, wait_drained
+from tests.unit.wire import confirmation, dumps
+from workers.kafka_io import end_offsets, producer, publish, read
 from workers.scenario import steps
 from workers.settings import kafka_settings
+from workers.stream.checkpoints import CHECKPOINTS, manifest_key
 from workers.stream.outputs import CONFIRMATIONS, ENTRIES
 from workers.stream.partitioning import partition_for
 
@@ -122,3 +124,91 @@ def test_audit_without_a_checkpoint_past_retention_cannot_run(env, topics):
     done = cli("audit", env=env)
     assert done.returncode == 2
     assert "no checkpoint" in done.stderr.decode()
+
+
+def test_audit_past_retention_checks_a_session_erased_before_the_checkpoint(env, topics,
+                                                                            tmp_path):
+    """A session erased (`forget`, through seq 3) and written to again (seqs 4 and 5), all
+    before the checkpoint the audit starts from: the erasure's record in transcript.erasures
+    tells the two apart. Clean as the worker wrote it; a tombstone on seq 4 (written after the
+    erasure, before the checkpoint) is `missing`, a value on the erased seq 2 `unexpected`.
+    (The audit used to skip every session erased before its checkpoint.)"""
+    ks = kafka_settings(env)
+    bootstrap, group, source = env["KAFKA_BOOTSTRAP"], group_of(env), ks.topic(CONFIRMATIONS)
+    victim, kept = "agent:ops:telegram:direct:uret-erased", "agent:ops:telegram:direct:uret-kept"
+    home = partition_for(victim, 8)
+    filler = next(k for i in range(10_000)
+                  if partition_for(k := f"agent:ops:telegram:direct:uret-fill{i}", 8) == home)
+    w = WorkerProcess(env, tmp_path / "state", tmp_path / "w.log",
+                      TRANSCRIPT_CHECKPOINT_INTERVAL_S="1").start()
+    try:
+        t0 = datetime.now(UTC) - timedelta(hours=1)
+        publish(ks, source, [send(victim, f"v{i}", t0 + timedelta(minutes=i)) for i in (1, 2, 3)]
+                + [send(kept, f"k{i}", t0 + timedelta(minutes=i)) for i in (1, 2)], 8)
+        wait_drained(bootstrap, group, source, 120, [w])
+        done = cli("forget", victim, "--reason", "test", "--wait", "60", env=env)
+        assert done.returncode == 0, done.stderr.decode() + w.tail()
+        after = datetime.now(UTC)
+        publish(ks, source, [send(victim, f"a{i}", after + timedelta(seconds=i)) for i in (1, 2)],
+                8)
+        wait_drained(bootstrap, group, source, 120, [w])
+        cut = end_offsets(ks, source)
+
+        # a checkpoint of the victim's partition at or after the cut: the first batch of each
+        # checkpoint interval writes one, so records go on arriving until it is there
+        ckpts = Collector(ks, ks.topic(CHECKPOINTS))
+        manifest = manifest_key(home, 0).rsplit(b"/", 1)[0] + b"/"
+
+        def checkpointed() -> bool:
+            return any(r.key.startswith(manifest) and json.loads(r.value)["input_offset"]
+                       >= cut[home] for r in ckpts.records if r.value is not None)
+
+        deadline, n = time.monotonic() + 60, 0
+        while not checkpointed():
+            assert time.monotonic() < deadline and w.alive(), w.tail()
+            n += 1
+            publish(ks, source, [send(filler, f"f{n}", after + timedelta(seconds=10 + n))], 8)
+            for recs in ckpts.consumer.poll(timeout_ms=500).values():  # waits for records
+                ckpts.records.extend(recs)
+        ckpts.close()
+        publish(ks, source, [send(victim, "a3", after + timedelta(seconds=5))], 8)  # seq 6
+        wait_drained(bootstrap, group, source, 120, [w])
+    finally:
+        assert w.stop() == 0
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.delete_records({TopicPartition(source, p): off for p, off in cut.items() if off})
+    finally:
+        admin.close()
+
+    done = cli("audit", "--json", env=env)
+    assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
+    report = json.loads(done.stdout)
+    # replayed from the checkpoint: the erasure, seqs 1..5 and the first fillers are older
+    assert report["outcomes"].get("erased", 0) == 0
+    assert 1 <= report["expected_entries"] <= n + 1  # seq 6 and the fillers after it
+
+    p = producer(ks)
+
+    def key(seq: int) -> bytes:
+        return f"{victim}#{seq:010d}".encode()
+
+    p.send(ks.topic(ENTRIES), key=key(4), value=None, partition=home).get(timeout=10)
+    undone = dict(json.loads(next(r.value for r in read(ks, ks.topic(ENTRIES), partitions=[home])
+                                  if r.key == key(4))), seq=2)
+    p.send(ks.topic(ENTRIES), key=key(2), value=json.dumps(undone).encode(),
+           partition=home).get(timeout=10)
+    p.close()
+    done = cli("audit", "--json", env=env)
+    assert done.returncode == 1, done.stdout.decode() + done.stderr.decode()
+    report = json.loads(done.stdout)
+    assert report["examples"]["missing"] == [key(4).decode()]
+    assert report["examples"]["unexpected"] == [key(2).decode()]
+    found = {k: v for k, v in report["discrepancies"].items() if v}
+    assert found == {"missing": 1, "unexpected": 1, "order": 1}  # seq 2 after 6
+
+
+def send(session: str, send_id: str, at: datetime) -> tuple[bytes, bytes]:
+    return session.encode(), dumps(confirmation(
+        session_key=session, send_id=send_id, confirmed_at=at.isoformat(),
+        **{"payload.text": f"text of {send_id}", "receipt.sent_at": at.isoformat()}))

@@ -13,7 +13,10 @@ written is compared with what the topics hold:
   erasures    a session-erase (`forget`) expects a tombstone for each of the session's entries
               (a live value left is `unexpected`) and its session-erasure/1 record in
               transcript.erasures (`erasures_missing`; one the replay cannot explain is
-              `erasures_unexpected`); after compaction the session goes on at the next seq
+              `erasures_unexpected`); after compaction the session goes on at the next seq.
+              Past input retention, a session erased before the checkpoint is checked
+              against its erasure record: seqs up to its through_seq tombstoned, later ones
+              present (workers/commands/audit_start.py)
 Repeats (one key written more than once with identical content, or one diagnostic twice, which
 a crash between the outputs' write and the state's write can cause) are counted, not failures;
 `--strict` fails entry and diagnostic repeats.
@@ -107,15 +110,20 @@ def _diag_id(value: bytes) -> str:
 
 def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Report,
                     since: datetime | None, bar: Progress,
-                    checkpoint: Checkpoint | None = None) -> set[tuple[int, int]]:
-    """Compare one partition; return the (partition, offset) pairs that must be dead letters."""
+                    checkpoint: Checkpoint | None = None,
+                    erasures: dict[str, list[dict]] | None = None) -> set[tuple[int, int]]:
+    """Compare one partition; return the (partition, offset) pairs that must be dead letters.
+    `erasures`: transcript.erasures, session key -> its records oldest first (for sessions a
+    checkpoint holds as erased)."""
     from workers.kafka_io import read
 
     # past input retention: from a checkpoint, with its state (workers/commands/audit_start.py)
     state = MemoryState() if checkpoint is None else audit_start.state_of(checkpoint)
     older = {} if checkpoint is None else audit_start.before(state)
-    # sessions erased before the checkpoint: their erasure records are explained by its state
-    report.erased_before.update(k.encode() for k, h in state.heads.items() if h.erased_at)
+    # sessions erased before the checkpoint: their erasure records are explained by its state,
+    # and give the seqs the erasure tombstoned (through_seq) and those written after it
+    erased_older = audit_start.erased_before(state, erasures or {})
+    report.erased_before.update(k.encode() for k in erased_older)
     expected: dict[bytes, tuple[bytes, datetime]] = {}
     diags: Counter = Counter()
     dead: set[tuple[int, int]] = set()
@@ -158,15 +166,23 @@ def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Rep
         expected = {k: v for k, v in expected.items() if v[1] >= since}
     report.expected_entries += len(expected)
 
+    erased_again = set(erased_through)  # sessions erased after the checkpoint (replayed)
+    for session, through in erased_older.items():  # before it: later seqs go on after it
+        if through is not None:
+            erased_through.setdefault(session, set()).add(through)
+
     seen: dict[bytes, bytes | None] = {}
+    hidden: set[bytes] = set()  # live entries delivered before --since: not compared
     last_seq: dict[str, int] = {}
     for r in read(ks, ks.topic(ENTRIES), partitions=[partition]):
         key = r.key
         if r.value is None:  # tombstone: the entry is gone
             seen[key] = None
+            hidden.discard(key)
             continue
         entry = json.loads(r.value)
         if since is not None and datetime.fromisoformat(entry["delivered_at"]) < since:
+            hidden.add(key)
             continue
         report.actual_entries += 1
         digest = _digest(entry)
@@ -197,11 +213,11 @@ def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Rep
                 older and (at := audit_start.entry_position(key)) is not None
                 and at[1] < older.get(at[0], 1)):  # written before the checkpoint
             report.find("unexpected", key.decode())
-    for session, next_seq in sorted(older.items()):  # before the checkpoint: all still there
-        if state.heads[session].erased_at is None:
-            for seq in range(1, next_seq):
-                if seen.get(key := audit_start.entry_key(session, seq)) is None:
-                    report.find("missing", key.decode())
+    if older:  # before the checkpoint: still there, or tombstoned by an erasure
+        live = {k for k, d in seen.items() if d is not None} | hidden
+        for kind, what in audit_start.older(older, erased_older, erased_keys, live,
+                                            erased_again):
+            report.find(kind, what.decode())
 
     actual_diags: Counter = Counter(
         _diag_id(r.value) for r in read(
@@ -250,9 +266,10 @@ def run(args: argparse.Namespace) -> int:
         first = {p: 0 if c is None else c.input_offset for p, c in checkpoints.items()}
         bar.total = sum(ends[p] - first[p] for p in ends)
         dead: set[tuple[int, int]] = set()
+        erasures = erasure_records(ks) if any(checkpoints.values()) else {}
         for p in sorted(ends):
             report.partitions += 1
-            dead |= audit_partition(ks, owner, p, report, since, bar, checkpoints[p])
+            dead |= audit_partition(ks, owner, p, report, since, bar, checkpoints[p], erasures)
         actual_dead = set()
         for r in read(ks, ks.topic(DLQ)):
             h = dict(r.headers or [])
@@ -275,6 +292,26 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render(report, clean))
     return 0 if clean else 1
+
+
+def erasure_records(ks: KafkaSettings) -> dict[str, list[dict]]:
+    """transcript.erasures: session key -> its session-erasure/1 records, oldest first (what
+    compaction left: at least the latest of each session)."""
+    from workers.kafka_io import end_offsets, read
+
+    out: dict[str, list[dict]] = {}
+    if not end_offsets(ks, ks.topic(ERASURES)):
+        return out
+    for r in read(ks, ks.topic(ERASURES)):
+        if r.key is None or r.value is None:
+            continue
+        try:
+            record = json.loads(r.value)
+        except ValueError:
+            continue  # not the worker's: compare_erasures reports it
+        if isinstance(record, dict):
+            out.setdefault(r.key.decode(errors="replace"), []).append(record)
+    return out
 
 
 def compare_erasures(ks: KafkaSettings, report: Report) -> None:

@@ -5,9 +5,13 @@ always was. A partition whose oldest records are gone (retention, `delete_record
 from its *oldest* checkpoint at or after the retained start (the most input that can still be
 checked), with the session state the checkpoint holds. Its entries then fall in two parts:
 - those a session had before the checkpoint (seq below the checkpoint's `next_seq` for it):
-  their input is gone, so they are checked for what can be checked without it: each seq
-  1..next_seq-1 of every session in the checkpoint is present (`missing` otherwise), none is
-  rewritten, seqs are contiguous (`order`);
+  their input is gone, so they are checked for what can be checked without it (`older`): each
+  seq 1..next_seq-1 of every session in the checkpoint is present (`missing` otherwise), none is
+  rewritten, seqs are contiguous (`order`). A session erased before the checkpoint (its head has
+  `erased_at`) is checked against its session-erasure/1 record in transcript.erasures: seqs
+  1..through_seq were tombstoned by the erasure and must hold no live value (`unexpected`
+  otherwise), seqs through_seq+1..next_seq-1 were written after it and must be present, as any
+  other session's; without that record its entries cannot be told apart (`erasures_missing`);
 - every later one is replayed and compared, exactly as from the start.
 Diagnostics are compared from the checkpoint's `diagnostics_offset`, dead letters from its input
 offset on. No checkpoint at or after the retained start: the audit cannot run (exit 2).
@@ -15,11 +19,15 @@ offset on. No checkpoint at or after the retained start: the audit cannot run (e
 
 from __future__ import annotations
 
+from collections.abc import Container, Iterator, Mapping, Sequence
+from datetime import datetime
+
 from workers.core import MemoryState, Seen, SessionHead, decode_v1
 from workers.stream.checkpoints import CHECKPOINTS, FAUST_KEYS, Checkpoint, decode
 from workers.stream.outputs import entry_key
 
-__all__ = ["NoCheckpoint", "before", "entry_key", "entry_position", "starts", "state_of"]
+__all__ = ["NoCheckpoint", "before", "entry_key", "entry_position", "erased_before", "older",
+           "starts", "state_of"]
 
 
 class NoCheckpoint(Exception):
@@ -105,3 +113,58 @@ def entry_position(key: bytes) -> tuple[str, int] | None:
         return session, int(seq)
     except ValueError:
         return None
+
+
+def erased_before(state: MemoryState, erasures: Mapping[str, Sequence[dict]]
+                  ) -> dict[str, int | None]:
+    """Per session a checkpoint holds as erased (its head has `erased_at`): the `through_seq` of
+    that erasure, from its session-erasure/1 record among `erasures` (session key -> its
+    records in transcript.erasures, oldest first): the latest one with the head's `erased_at`,
+    an epoch the head has reached and a `through_seq` below the head's next seq. None when
+    there is no such record (compacted away behind a later erasure, or never written)."""
+    out: dict[str, int | None] = {}
+    for session, head in state.heads.items():
+        if head.erased_at is None:
+            continue
+        through = None
+        for record in erasures.get(session, ()):
+            try:
+                at = datetime.fromisoformat(record["erased_at"])
+                if at == head.erased_at and record["epoch"] <= head.epoch \
+                        and record["through_seq"] < head.next_seq:
+                    through = int(record["through_seq"])
+            except (KeyError, TypeError, ValueError):
+                continue  # not an erasure record the worker writes: it explains nothing
+        out[session] = through
+    return out
+
+
+def older(next_seqs: Mapping[str, int], erased: Mapping[str, int | None],
+          tombstoned: Container[bytes], live: Container[bytes], erased_again: Container[str]
+          ) -> Iterator[tuple[str, bytes]]:
+    """Findings about the entries a checkpoint's sessions had before it, whose input is gone
+    (kind, entry key or session key). `next_seqs`: each session's next seq at the checkpoint
+    (`before`); `erased`: the through_seq of the sessions erased before it (`erased_before`);
+    `tombstoned`: entry keys an erasure after it tombstones (the replay's); `live`: the entry
+    keys that hold a value now; `erased_again`: sessions erased after the checkpoint.
+
+    A seq an erasure covers (at most its through_seq, or tombstoned after the checkpoint) must
+    hold no value (`unexpected`); every other seq below the next seq must hold one
+    (`missing`). A session erased before the checkpoint whose erasure record is not found,
+    and not erased again after it (which tombstones all of it), cannot be checked:
+    `erasures_missing`."""
+    for session, next_seq in sorted(next_seqs.items()):
+        through = 0
+        if session in erased:
+            found = erased[session]
+            if found is None and session not in erased_again:
+                yield "erasures_missing", session.encode()
+                continue
+            through = found or 0
+        for seq in range(1, next_seq):
+            key = entry_key(session, seq)
+            if seq <= through or key in tombstoned:
+                if key in live:
+                    yield "unexpected", key
+            elif key not in live:
+                yield "missing", key

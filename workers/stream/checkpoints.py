@@ -21,15 +21,19 @@ time bucket it was taken in (`floor(unix time / interval)`) and its slot `id mod
 topic holds at most `keep` checkpoints per partition (a ring: compaction drops the one a slot
 held before) without the worker reading the topic. Keys and values (JSON, UTF-8):
 
-    c/<partition>/<slot>/<chunk, 6 digits>  {"schema": "checkpoint-chunk/1", "id", "chunk",
-                                             "items": [[state key, state value], ...]}
+    c/<partition>/<slot>/<chunk, 6 digits>  {"schema": "checkpoint-chunk/1", "id", "copy",
+                                             "chunk", "items": [[state key, state value], ...]}
     m/<partition>/<slot>                    {"schema": "checkpoint/1", "partition", "id",
-                                             "input_offset", "diagnostics_offset", "chunks",
-                                             "keys", "taken_at"}
+                                             "copy", "input_offset", "diagnostics_offset",
+                                             "chunks", "keys", "taken_at"}
 
-The manifest (`m/…`) is written after its chunks in the same transaction; a chunk belongs to a
-manifest when its `id` matches (a slot's chunks beyond the newest manifest's count are left
-from an older, larger checkpoint: ignored, and overwritten when the slot is used again).
+The manifest (`m/…`) is written after its chunks, in the transaction of its last chunk: a
+checkpoint of more than `KEYS_PER_BATCH` state keys is spread over several batches, so over
+several transactions of its partition, and is one only once its manifest commits. A chunk
+belongs to a manifest when its `id` and `copy` (a token per copy: two copies of one slot in one
+bucket share the id) match; a slot's chunks beyond the newest manifest's count are left from
+an older, larger checkpoint, and chunks no manifest names from a copy that was interrupted
+(kill, SIGTERM, rebalance): both ignored, and overwritten when the slot is used again.
 State keys and values are the changelog's bytes as text (UTF-8; any other byte escaped as a
 lone surrogate, so they round-trip). `diagnostics_offset`: the offset of
 `transcript.diagnostics` partition p at X (every diagnostic of a record before X is below it,
@@ -38,19 +42,24 @@ every later one at or above; null when the worker could not tell).
 Cost (README, "Audit"): a checkpoint copies the partition's state (a head per session and a
 record per send_id remembered in the dedupe window) once per interval: with the default of a
 day, one copy per partition per day, and `keep` copies (9: the 7 days of input retention, plus
-margin) on disk. Between checkpoints a batch pays one comparison of the clock.
+margin) on disk. Between checkpoints a batch pays one comparison of the clock. A batch carries
+at most `KEYS_PER_BATCH` state keys of checkpoints (about 14 MB, built in about 0.1 s), so no
+transaction grows with a partition's state. Starting a copy overwrites its slot's chunks, so
+while a copy is in progress (or after it was interrupted, until the slot's next copy) the
+slot holds no checkpoint: the others still cover the input's retention.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 CHECKPOINTS = "transcript.checkpoints"
 CHUNK_BYTES = 256 * 1024  # a chunk's items, about (the topic's max.message.bytes is 2 MiB)
-KEYS_PER_BATCH = 100_000  # state keys a batch copies at most (one partition more, at least)
+KEYS_PER_BATCH = 100_000  # state keys of checkpoints a batch (so a transaction) holds at most
 FAUST_KEYS = b"__faust"  # faust's own bookkeeping in the partition stores: not state
 
 
@@ -70,37 +79,86 @@ def _raw(text: str) -> bytes:
     return text.encode("utf-8", "surrogateescape")
 
 
+def _chunk(partition: int, slot: int, ckpt_id: int, copy: str, n: int,
+           items: list) -> tuple[bytes, bytes]:
+    return chunk_key(partition, slot, n), json.dumps(
+        {"schema": "checkpoint-chunk/1", "id": ckpt_id, "copy": copy, "chunk": n,
+         "items": items}, separators=(",", ":")).encode()
+
+
+@dataclass
+class Copy:
+    """One checkpoint being written: its records come out a bounded part at a time (`step`),
+    from an iterator over the state at its input offset (the worker's: a RocksDB snapshot), so
+    a partition's state of any size is spread over as many transactions as it needs. The
+    manifest comes last, with the last chunk: until it commits, the chunks committed before are
+    no checkpoint (a reader ignores a chunk no manifest names)."""
+
+    partition: int
+    slot: int
+    id: int
+    input_offset: int
+    diagnostics_offset: int | None
+    taken_at: datetime
+    items: Iterator[tuple[bytes, bytes]]
+    chunks: int = 0
+    keys: int = 0
+    size: int = 0  # bytes of its records so far
+    seconds: float = 0.0  # spent building its records so far
+    done: bool = False
+    source: object = None  # what `items` reads (a snapshot): held while the copy lasts
+    # this copy's token, in each of its chunks and its manifest: two copies of one slot in one
+    # bucket (one abandoned, or taken by the partition's next owner) have the same id, and
+    # a manifest must never be read with another copy's chunks
+    token: str = field(default_factory=lambda: secrets.token_hex(8))
+
+    def step(self, budget: float) -> tuple[list[tuple[bytes, bytes]], int]:
+        """Its next records, holding at most `budget` (>= 1) state keys, and how many they hold;
+        the manifest with the last of them (then `done`)."""
+        out: list[tuple[bytes, bytes]] = []
+        chunk: list[list[str]] = []
+        size = copied = 0
+
+        def flush() -> None:
+            nonlocal chunk, size
+            out.append(_chunk(self.partition, self.slot, self.id, self.token, self.chunks,
+                              chunk))
+            self.chunks += 1
+            chunk, size = [], 0
+
+        finished = True
+        for key, value in self.items:  # resumes where the last step stopped
+            if key.startswith(FAUST_KEYS):
+                continue
+            chunk.append([_text(key), _text(value)])
+            size += len(key) + len(value) + 8
+            copied += 1
+            if size >= CHUNK_BYTES or copied >= budget:
+                flush()
+                if copied >= budget:
+                    finished = False
+                    break
+        if chunk:
+            flush()
+        self.keys += copied
+        if finished:
+            manifest = {"schema": "checkpoint/1", "partition": self.partition, "id": self.id,
+                        "copy": self.token, "input_offset": self.input_offset,
+                        "diagnostics_offset": self.diagnostics_offset, "chunks": self.chunks,
+                        "keys": self.keys, "taken_at": self.taken_at.isoformat()}
+            out.append((manifest_key(self.partition, self.slot),
+                        json.dumps(manifest, separators=(",", ":")).encode()))
+            self.done, self.items, self.source = True, iter(()), None
+        self.size += sum(len(k) + len(v) for k, v in out)
+        return out, copied
+
+
 def encode(partition: int, slot: int, ckpt_id: int, input_offset: int,
            diagnostics_offset: int | None, items: Iterable[tuple[bytes, bytes]],
            taken_at: datetime) -> list[tuple[bytes, bytes]]:
     """A checkpoint as (key, value) records: its chunks, then its manifest."""
-    out: list[tuple[bytes, bytes]] = []
-    chunk: list[list[str]] = []
-    size = keys = 0
-
-    def flush() -> None:
-        nonlocal chunk, size
-        value = json.dumps({"schema": "checkpoint-chunk/1", "id": ckpt_id, "chunk": len(out),
-                            "items": chunk}, separators=(",", ":")).encode()
-        out.append((chunk_key(partition, slot, len(out)), value))
-        chunk, size = [], 0
-
-    for key, value in items:
-        if key.startswith(FAUST_KEYS):
-            continue
-        chunk.append([_text(key), _text(value)])
-        size += len(key) + len(value) + 8
-        keys += 1
-        if size >= CHUNK_BYTES:
-            flush()
-    if chunk:
-        flush()
-    manifest = {"schema": "checkpoint/1", "partition": partition, "id": ckpt_id,
-                "input_offset": input_offset, "diagnostics_offset": diagnostics_offset,
-                "chunks": len(out), "keys": keys, "taken_at": taken_at.isoformat()}
-    out.append((manifest_key(partition, slot),
-                json.dumps(manifest, separators=(",", ":")).encode()))
-    return out
+    copy = Copy(partition, slot, ckpt_id, input_offset, diagnostics_offset, taken_at, iter(items))
+    return copy.step(float("inf"))[0]
 
 
 @dataclass
@@ -146,11 +204,12 @@ def decode(records: Iterable[tuple[bytes | None, bytes | None]], *, slot: int | 
                               m.get("diagnostics_offset"), m.get("taken_at", ""))
             for i in range(0 if manifests_only else m["chunks"]):
                 chunk = json.loads(latest[chunk_key(int(p), int(slot_text), i)])
-                if chunk["id"] != ckpt.id or chunk["chunk"] != i:
+                if chunk["id"] != ckpt.id or chunk["chunk"] != i \
+                        or chunk.get("copy") != m.get("copy"):
                     raise KeyError(i)
                 ckpt.items.extend((_raw(k), _raw(v)) for k, v in chunk["items"])
         except (ValueError, KeyError, TypeError):
-            continue  # incomplete (a chunk overwritten by a newer checkpoint of the slot)
+            continue  # incomplete (a chunk overwritten by a newer copy into the slot)
         found.append(ckpt)
     return sorted(found, key=lambda c: (c.input_offset, c.id))
 
@@ -160,21 +219,34 @@ class Checkpointer:
 
     `due(now)` once per batch (one division); when a new time bucket has begun, every partition
     of the generation whose position moved since its last checkpoint gets one, spread over the
-    next batches: `take` copies partitions until it has copied `KEYS_PER_BATCH` state keys (at
-    least one partition), so no batch stalls for the whole state of a worker.
-    The first bucket of a process is not checkpointed at once (a restart does not copy the
-    state again); the next bucket boundary is."""
+    next batches, the partition checkpointed longest ago first: `take` copies at most
+    `keys_per_batch` state keys per batch, whole partitions or part of one. A partition with
+    more keys than that is copied over several batches (so over several of its transactions)
+    from a RocksDB snapshot taken at the input offset where its copy began, so the copy is
+    still exactly the state there; its manifest is written with its last chunk. So neither a
+    batch nor a transaction ever carries more than `keys_per_batch` keys of checkpoint,
+    whatever the size of a partition's state.
+    A rebalance abandons a copy in progress (`abandon`: the snapshot would hold the partition's
+    store open); it begins again, at the partition's new position, if the partition is still
+    ours. The first bucket of a process is not checkpointed at once (a restart does not copy
+    the state again); the next bucket boundary is."""
 
-    def __init__(self, topic: str, interval_s: float, keep: int) -> None:
+    def __init__(self, topic: str, interval_s: float, keep: int,
+                 keys_per_batch: int = KEYS_PER_BATCH) -> None:
         self.topic, self.interval_s, self.keep = topic, interval_s, keep
+        self.keys_per_batch = keys_per_batch
         self._bucket: int | None = None
         self._fresh = False  # a new bucket began: every partition is due
         self._pending: set[int] = set()  # partitions still due in this bucket
+        self._copy: Copy | None = None  # the checkpoint being written, if one is unfinished
         self._at: dict[int, int] = {}  # partition -> input offset of its last checkpoint
+        self._order: dict[int, int] = {}  # partition -> when its last checkpoint ended (taken)
         self.diagnostics_next: dict[int, int | None] = {}  # partition -> diagnostics end
         self.taken = 0  # checkpoints written (for the log and the bench)
         self.seconds = 0.0  # time spent building them
         self.last = (0, 0, 0.0)  # the last take's state keys, bytes and seconds
+        self.finished: list[Copy] = []  # the checkpoints the last take completed
+        self.copying: Copy | None = None  # the one it left unfinished
 
     def due(self, wall_s: float) -> bool:
         bucket = int(wall_s // self.interval_s)
@@ -184,38 +256,74 @@ class Checkpointer:
         if bucket != self._bucket:
             self._bucket, self._fresh = bucket, True
             return True
-        return bool(self._pending)
+        return bool(self._pending) or self._copy is not None
 
     def take(self, wall_s: float, positions: dict[int, int], db_for) -> dict[int, list]:  # noqa: ANN001
-        """The checkpoint records of each partition at `positions` (input offset X: the state
-        in the partition's store is the state at X), as the processor's Records."""
+        """This batch's checkpoint records per partition, as the processor's Records: at most
+        `keys_per_batch` state keys in all. `positions`: each partition's input offset X at
+        the batch's start (the state in its store is the state at X); a copy begun now is of
+        the state at X, one begun in an earlier batch goes on from its snapshot."""
         import time
 
         began = time.monotonic()
         bucket = self._bucket
-        if self._fresh:
+        if self._fresh:  # a copy still in progress finishes first (into its own slot)
             self._pending, self._fresh = set(positions), False
         taken_at = datetime.fromtimestamp(wall_s, UTC)
         out: dict[int, list] = {}
-        keys = size = 0
-        for p in sorted(self._pending):
-            if keys >= KEYS_PER_BATCH:
-                break
-            self._pending.discard(p)
-            x = positions.get(p)
-            if x is None or self._at.get(p) == x:
-                continue  # not ours now, or nothing processed since its last checkpoint
-            records = encode(p, bucket % self.keep, bucket, x, self.diagnostics_next.get(p),
-                             _items(db_for(p)), taken_at)
-            out[p] = [(self.topic, p, k, v, ()) for k, v in records]
-            keys += json.loads(records[-1][1])["keys"]
+        self.finished, budget, keys, size = [], self.keys_per_batch, 0, 0
+        if self._copy is not None and self._copy.partition not in positions:
+            self.abandon()  # not ours any more (a rebalance the processor saw first)
+        while budget > 0:
+            copy = self._copy
+            if copy is None:
+                copy = self._copy = self._begin(bucket, positions, db_for, taken_at)
+                if copy is None:
+                    break
+            t0 = time.monotonic()
+            records, copied = copy.step(budget)
+            copy.seconds += time.monotonic() - t0
+            budget -= copied
+            keys += copied
             size += sum(len(k) + len(v) for k, v in records)
-            self._at[p] = x
-            self.taken += 1
+            out.setdefault(copy.partition, []).extend(
+                (self.topic, copy.partition, k, v, ()) for k, v in records)
+            if copy.done:
+                self._copy = None
+                self._at[copy.partition] = copy.input_offset
+                self.taken += 1
+                self._order[copy.partition] = self.taken
+                self.finished.append(copy)
+        self.copying = self._copy
         spent = time.monotonic() - began
         self.seconds += spent
         self.last = (keys, size, spent)
         return out
+
+    def _begin(self, bucket: int, positions: dict[int, int], db_for,  # noqa: ANN001
+               taken_at: datetime) -> Copy | None:
+        """The next due partition's copy, from a snapshot of its store now; None: none due."""
+        while self._pending:
+            # the partition checkpointed longest ago first: when copying all of them takes
+            # longer than the interval, the first ones must not be copied again and again
+            p = min(self._pending, key=lambda q: (self._order.get(q, -1), q))
+            self._pending.discard(p)
+            x = positions.get(p)
+            if x is None or self._at.get(p) == x:
+                continue  # not ours now, or nothing processed since its last checkpoint
+            snapshot = _snapshot(db_for(p))
+            return Copy(p, bucket % self.keep, bucket, x, self.diagnostics_next.get(p),
+                        taken_at, iter(snapshot.items()), source=snapshot)
+        return None
+
+    def abandon(self) -> None:
+        """Drop the copy in progress (and its snapshot, which holds the partition's store
+        open): a rebalance, or a new bucket. Its partition is due again in this bucket; its
+        chunks written so far are named by no manifest, and the next copy into the slot
+        overwrites them."""
+        if self._copy is not None:
+            self._pending.add(self._copy.partition)
+            self._copy = self.copying = None
 
     def note_sent(self, partition: int, diagnostics_topic: str,
                   records: list, offsets: list[int]) -> None:
@@ -228,9 +336,12 @@ class Checkpointer:
 
     def forget(self) -> None:
         """A new generation: positions and diagnostics ends are read again."""
+        self.abandon()
         self._at.clear()
         self.diagnostics_next.clear()
 
 
-def _items(db) -> Iterator[tuple[bytes, bytes]]:  # noqa: ANN001
-    yield from db.items()
+def _snapshot(db):  # noqa: ANN001, ANN202
+    """A consistent view of a partition store as it is now (RocksDB's snapshot: later writes
+    are not seen through it)."""
+    return db.snapshot()

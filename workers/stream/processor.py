@@ -356,22 +356,26 @@ class Processor:
                 self._apply(state[p], offsets[-len(state[p]):])
 
     def _checkpoint(self, messages: list, wall_s: float) -> dict[int, list[Record]]:
-        """Checkpoint records of every partition of the generation, at the offset this batch
-        starts it from (the state in its store is the state there: this batch's writes are
-        still pending)."""
+        """This batch's share of the checkpoints due (at most `keys_per_batch` state keys in
+        all), each partition's at the offset this batch starts it from (the state in its store
+        is the state there: this batch's writes are still pending), or, for a copy begun in an
+        earlier batch, its next part from that batch's snapshot."""
         positions: dict[int, int] = {}
         for m in messages:
             positions.setdefault(m.partition, m.offset)
         for tp, cursor in self._cursors.items():
             if tp.partition not in positions:
                 positions[tp.partition] = cursor.next if cursor.next is not None else cursor.start
-        started = self.checkpoints.taken
-        extra = self.checkpoints.take(wall_s, positions, self.table.data._db_for_partition)
-        if self.checkpoints.taken > started:
-            keys, size, spent = self.checkpoints.last
+        checkpoints = self.checkpoints
+        extra = checkpoints.take(wall_s, positions, self.table.data._db_for_partition)
+        if done := checkpoints.finished:
             log.info("checkpoints of partitions %s at input offsets %s: %d state keys, %d bytes, "
-                     "built in %.3fs", sorted(extra), [positions[p] for p in sorted(extra)],
-                     keys, size, spent)
+                     "built in %.3fs", [c.partition for c in done], [c.input_offset for c in done],
+                     sum(c.keys for c in done), sum(c.size for c in done),
+                     sum(c.seconds for c in done))
+        if (copy := checkpoints.copying) is not None:
+            log.debug("checkpoint of partition %s at input offset %s: %d state keys copied so far",
+                      copy.partition, copy.input_offset, copy.keys)
         return extra
 
     def _apply(self, records: list[Record], offsets: list[int]) -> None:

@@ -197,13 +197,15 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
     new_producer = producer_factory(ks, app.conf.id, ws.transaction_timeout_s)
     metrics, health = metrics or Metrics(), Health(ws.liveness_timeout_s)
     health.attach(app)
-    transactions = None
+    transactions = checkpoints = None
     if exactly_once:
         transactions = PartitionProducers(new_producer, app.conf.id, inbox.topic)
         metrics.transactions = lambda: transactions.results
+        checkpoints = Checkpointer(ks.topic(CHECKPOINTS), ws.checkpoint_interval_s,
+                                   ws.checkpoint_keep, ws.checkpoint_keys_per_batch)
         on_assigned(app, ks, transactions, inbox.topic,
                     local_state.changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS), sessions,
-                    metrics)
+                    metrics, checkpoints)
     processor = Processor(
         app, inbox, sessions, owner,
         {name: ks.topic(name) for name in (CONFIRMATIONS, ENTRIES, DIAGNOSTICS, DLQ, ERASURES)},
@@ -211,8 +213,7 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         clock, max_batch=ws.max_batch, linger_s=ws.linger_ms / 1000,
         transactions=transactions, batch_stop_s=ws.shutdown_timeout_s / 2,
         metrics=metrics, health=health,
-        checkpoints=Checkpointer(ks.topic(CHECKPOINTS), ws.checkpoint_interval_s,
-                                 ws.checkpoint_keep) if exactly_once else None,
+        checkpoints=checkpoints,
     )
     app.task(processor.run)
     if http_socket is not None:
@@ -268,7 +269,8 @@ def gauges_reader(app, inbox: Inbox, table, health: Health, metrics: Metrics):  
 
 
 def on_assigned(app, ks: KafkaSettings, transactions: PartitionProducers, input_name: str,  # noqa: ANN001
-                changelog: str, table, metrics: Metrics) -> None:  # noqa: ANN001
+                changelog: str, table, metrics: Metrics,  # noqa: ANN001
+                checkpoints: Checkpointer | None = None) -> None:
     """Exactly-once, at each assignment and before faust's table recovery: close the producers
     of the last generation, start those of the partitions assigned (fencing their last owners,
     whose open transactions abort), then bring their local state up to the changelog's end, which is
@@ -278,6 +280,8 @@ def on_assigned(app, ks: KafkaSettings, transactions: PartitionProducers, input_
     recover = tables.on_rebalance
 
     async def on_rebalance(assigned, revoked, newly_assigned, generation_id=0):  # noqa: ANN001, ANN202
+        if checkpoints is not None:  # its snapshot would hold a store faust closes and reopens
+            checkpoints.abandon()
         if app.should_stop:  # an assignment that arrives as the worker stops: faust's stores
             return           # are closing, and the next start takes the partitions over
         try:
