@@ -231,7 +231,7 @@ class WorkerSettings(BaseModel):
     # group.instance.id (a pod name): one per worker process of the group, stable across restarts
     instance_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,249}$")
     max_batch: int = Field(default=20_000, ge=1)
-    linger_ms: float = Field(default=5.0, ge=0)
+    linger_ms: float = Field(default=1.0, ge=0)
     # README, "Processing guarantee": exactly_once commits each input partition's share of a
     # batch in one Kafka transaction; at_least_once is the cheaper mode before 1.1
     processing_guarantee: Literal["exactly_once", "at_least_once"] = "exactly_once"

@@ -97,7 +97,7 @@ class Processor:
         self, app: Any, inbox: Inbox, table: Any, owner: Owner, topic_names: dict[str, str],
         topic_partitions: dict[str, int], committed: CommittedOffsets,
         new_producer: Callable[[], Any], clock: BatchClock, *, max_batch: int = 20_000,
-        linger_s: float = 0.005, cache_size: int = 200_000,
+        linger_s: float = 0.001, cache_size: int = 200_000,
         transactions: PartitionProducers | None = None, batch_stop_s: float = 15.0,
         metrics: Metrics | None = None, health: Health | None = None,
         checkpoints: Checkpointer | None = None,
