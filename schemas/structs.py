@@ -40,6 +40,7 @@ from schemas.records import (
     Record,
     SessionErase,
     SessionReset,
+    _rfc3339,
 )
 
 # The narrower RFC 3339 form the fast path reads (see the module docstring).
@@ -192,8 +193,7 @@ def _known(metadata: list[Any], where: str, timestamp: bool = False) -> None:
         if timestamp and isinstance(item, FieldInfo):  # Timestamp inside `| None`
             _known(list(item.metadata), where, timestamp)
             continue
-        if timestamp and getattr(item, "func", None) is not None and \
-                getattr(item.func, "__name__", "") == "_rfc3339":
+        if timestamp and getattr(item, "func", None) is _rfc3339:
             continue  # the spelling: the narrower FAST_TIMESTAMP implies it
         raise TypeError(f"{where}: constraint {item!r} is not mirrored")
 

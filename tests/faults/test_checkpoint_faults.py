@@ -346,6 +346,16 @@ def conclude(name: str, ks: KafkaSettings, env, caught: Caught, fault_at: float,
     return outcome
 
 
+def checkpoint_and_drain(ks: KafkaSettings, env, w: WorkerProcess, f: Feed) -> list[bytes]:  # noqa: ANN001
+    """The restarted worker checkpoints again, the feed ends, the input drains, `w` stops
+    cleanly; the lines fed."""
+    wait_checkpointed_after(ks, time.time(), [w])
+    lines = f.finish()
+    wait_drained(env["KAFKA_BOOTSTRAP"], group_of(env), ks.topic(CONFIRMATIONS), 120, [w])
+    assert w.stop() == 0
+    return lines
+
+
 def test_kill_9_while_a_checkpoint_is_written(ks, env, feed, start, tmp_path):
     began = time.monotonic()
     state = tmp_path / "state"
@@ -355,12 +365,7 @@ def test_kill_9_while_a_checkpoint_is_written(ks, env, feed, start, tmp_path):
     caught.records = records_at(ks, caught.open, committed=False)
     w.kill()  # SIGKILL of the frozen worker: its open transaction is left as it was
     w = start("w1", state)  # its producers' start aborts (or completes) that transaction
-    resumed = time.time()
-    wait_checkpointed_after(ks, resumed, [w])
-    lines = f.finish()
-    wait_drained(env["KAFKA_BOOTSTRAP"], group_of(env), ks.topic(CONFIRMATIONS),
-                 120, [w])
-    assert w.stop() == 0
+    lines = checkpoint_and_drain(ks, env, w, f)
     conclude("kill_9", ks, env, caught, caught.at, lines, began, tmp_path)
 
 
@@ -377,12 +382,7 @@ def test_sigterm_while_a_checkpoint_is_written(ks, env, feed, start, tmp_path):
     w.proc.send_signal(signal.SIGCONT)
     assert w.proc.wait(timeout=30) == 0, w.tail()
     w = start("w1", state)
-    resumed = time.time()
-    wait_checkpointed_after(ks, resumed, [w])
-    lines = f.finish()
-    wait_drained(env["KAFKA_BOOTSTRAP"], group_of(env), ks.topic(CONFIRMATIONS),
-                 120, [w])
-    assert w.stop() == 0
+    lines = checkpoint_and_drain(ks, env, w, f)
     assert conclude("sigterm", ks, env, caught, caught.at, lines, began, tmp_path) == "committed"
 
 
