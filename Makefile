@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 BENCH_VENV := var/venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 
-.PHONY: help install kafka-up kafka-down kafka-status kafka-up-secure kafka-down-secure topics topics-check prometheus-tool image image-tools test test-unit faults run demo bench schemas lint clean
+.PHONY: help install kafka-up kafka-down kafka-status kafka-up-secure kafka-down-secure topics topics-check prometheus-tool kcat-tool image image-tools test test-unit faults run demo bench schemas lint clean
 
 help:
 	@echo "make run        venv + local Kafka + topics + the worker in the foreground"
@@ -53,6 +53,11 @@ kafka-down-secure:
 # the prometheus binary for tests/integration/test_prometheus.py (Debian's package; no service)
 prometheus-tool:
 	deploy/local/prometheus-tool.sh
+
+# kcat (Debian's package: librdkafka's client) for tests/integration/test_codecs.py, which
+# publishes gzip, snappy, lz4 and zstd batches through it
+kcat-tool:
+	deploy/local/kcat-tool.sh
 
 # buildah and mmdebstrap (Debian's packages) when missing; tests/deploy/test_image.py runs `make image`
 image-tools:
@@ -106,7 +111,7 @@ vectors: install
 test-unit: install
 	$(PY) -m pytest tests/unit -q
 
-test: install kafka-up prometheus-tool kafka-up-secure connector
+test: install kafka-up prometheus-tool kcat-tool kafka-up-secure connector
 	$(PY) -m pytest -q
 
 faults: install kafka-up

@@ -11,23 +11,9 @@ if [ ${#missing[@]} -eq 0 ]; then
   echo "image-tools: $(buildah --version), mmdebstrap $(mmdebstrap --version | awk '{print $2}')"
   exit 0
 fi
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "image-tools: ${missing[*]} missing and there is no apt-get; install buildah and mmdebstrap" >&2
-  exit 1
-fi
-SUDO=""
-if [ "$(id -u)" != 0 ]; then
-  command -v sudo >/dev/null 2>&1 || { echo "image-tools: apt-get needs root (or sudo)" >&2; exit 1; }
-  SUDO="sudo"
-fi
+# shellcheck source=deploy/local/apt.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../local/apt.sh"
+apt_sudo image-tools
 T0=$(date +%s)
-export DEBIAN_FRONTEND=noninteractive
-# the package lists: fetched when there are none, or when a candidate is unknown
-for pkg in "${missing[@]}"; do
-  if ! apt-cache policy "$pkg" 2>/dev/null | grep -q 'Candidate: [0-9]'; then
-    $SUDO apt-get update -qq
-    break
-  fi
-done
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+apt_install "${missing[@]}"
 echo "image-tools: installed ${missing[*]} in $(( $(date +%s) - T0 ))s: $(buildah --version)"

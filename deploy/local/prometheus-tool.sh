@@ -15,19 +15,10 @@ fi
 if command -v prometheus >/dev/null 2>&1; then
   echo "prometheus-tool: $(command -v prometheus): $(prometheus --version 2>&1 | head -1)"; exit 0
 fi
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "prometheus-tool: prometheus is not on PATH and there is no apt-get; install Prometheus" \
-       "(https://prometheus.io/download/) or set PROMETHEUS=/path/to/prometheus" >&2
-  exit 1
-fi
-
-SUDO=""
-if [ "$(id -u)" != 0 ]; then
-  command -v sudo >/dev/null 2>&1 || { echo "prometheus-tool: apt-get needs root (or sudo)" >&2; exit 1; }
-  SUDO="sudo"
-fi
+# shellcheck source=deploy/local/apt.sh
+. "$(dirname "${BASH_SOURCE[0]}")/apt.sh"
+apt_sudo prometheus-tool || { echo "prometheus-tool: or set PROMETHEUS=/path/to/prometheus" >&2; exit 1; }
 T0=$(date +%s)
-export DEBIAN_FRONTEND=noninteractive
 listening_9090() { command -v ss >/dev/null 2>&1 && ss -Hltn 'sport = :9090' | grep -q .; }
 BUSY_BEFORE=""
 if listening_9090; then BUSY_BEFORE=1; fi
@@ -44,12 +35,7 @@ fi
 cleanup() { if [ -n "$OWN_POLICY" ]; then $SUDO rm -f "$POLICY"; fi; }
 trap cleanup EXIT
 
-# the package lists: fetched when there are none, or when the candidate is unknown
-if ! apt-cache policy prometheus 2>/dev/null | grep -q 'Candidate: [0-9]'; then
-  $SUDO apt-get update -qq
-fi
-$SUDO apt-get install -y -qq --no-install-recommends \
-  -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold prometheus >/dev/null
+apt_install prometheus -- -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold
 
 # where systemd runs, the unit was enabled (not started): disable it, stop it if it runs anyway
 if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then

@@ -18,6 +18,7 @@ import { readFileSync } from "node:fs";
 import type { ConnectionOptions } from "node:tls";
 
 import {
+  CompressionTypes,
   Kafka,
   logLevel as LogLevel,
   Partitioners,
@@ -62,6 +63,11 @@ export interface PublisherOptions {
   /** Retries of connections and requests (kafkajs RetryOptions); a send is retried until acknowledged. */
   retry?: RetryOptions;
   logLevel?: "nothing" | "error" | "warn" | "info" | "debug";
+  /**
+   * How each batch is compressed (default "none"): "gzip" is the one codec kafkajs has built
+   * in. The worker reads gzip, snappy, lz4 and zstd batches alike.
+   */
+  compression?: "none" | "gzip";
 }
 
 /** Where a record was written. */
@@ -156,6 +162,8 @@ export function publisherOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): P
   return options;
 }
 
+const COMPRESSION = { none: CompressionTypes.None, gzip: CompressionTypes.GZIP } as const;
+
 const LOG_LEVELS = {
   nothing: LogLevel.NOTHING,
   error: LogLevel.ERROR,
@@ -179,6 +187,9 @@ export class ConfirmationPublisher {
 
   constructor(options: PublisherOptions) {
     if (!options.brokers?.length) throw new ConnectorError("brokers: at least one host:port is required");
+    if (options.compression !== undefined && !Object.hasOwn(COMPRESSION, options.compression)) {
+      throw new ConnectorError(`compression: expected "none" or "gzip", got ${JSON.stringify(options.compression)}`);
+    }
     this.options = options;
     this.topic = options.topic ?? `${options.topicPrefix ?? ""}${CONFIRMATIONS_TOPIC}`;
     this.kafka = new Kafka({
@@ -331,7 +342,8 @@ export class ConfirmationPublisher {
     });
     let acked: RecordMetadata[];
     try {
-      acked = await Promise.race([send({ topic: this.topic, acks: -1, messages }), timeout]);
+      const compression = COMPRESSION[this.options.compression ?? "none"];
+      acked = await Promise.race([send({ topic: this.topic, acks: -1, messages, compression }), timeout]);
     } catch (e) {
       throw e instanceof PublishError ? e : new PublishError(`not published: ${(e as Error).message}`, { cause: e });
     } finally {

@@ -67,6 +67,13 @@ describe("ConfirmationPublisher misuse", () => {
   test("no brokers", () => {
     assert.throws(() => new ConfirmationPublisher({ brokers: [] }), ConnectorError);
   });
+  test("a codec kafkajs does not have built in", () => {
+    for (const compression of ["zstd", "snappy", "GZIP", "toString"]) {
+      assert.throws(() => new ConfirmationPublisher({ brokers: ["127.0.0.1:1"], compression: compression as "gzip" }),
+        (e: unknown) => e instanceof ConnectorError && /^compression: expected "none" or "gzip"/.test((e as Error).message));
+    }
+    assert.equal(new ConfirmationPublisher({ brokers: ["127.0.0.1:1"], compression: "gzip" }).topic, "delivery.confirmations");
+  });
   test("an unreachable broker fails connect() with PublishError", async () => {
     const p = new ConfirmationPublisher({ brokers: ["127.0.0.1:1"], connectionTimeoutMs: 300, retry: { retries: 0 }, logLevel: "nothing" });
     await assert.rejects(p.connect(), PublishError);
