@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from kafka import KafkaConsumer, TopicPartition
@@ -31,11 +33,13 @@ class CliProcess:
         self.args, self.env, self.log = args, env, log
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> CliProcess:
+    def start(self, nofile: int | None = None) -> CliProcess:
+        """nofile: the process's file limit (RLIMIT_NOFILE, soft and hard), to run it short."""
         out = self.log.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "workers", *self.args], cwd=ROOT, env=self.env,
             stdout=out, stderr=subprocess.STDOUT,
+            preexec_fn=None if nofile is None else partial(_limit_files, nofile),
         )
         return self
 
@@ -55,6 +59,10 @@ class CliProcess:
 
     def tail(self, n: int = 60) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+
+
+def _limit_files(n: int) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
 
 
 class WorkerProcess(CliProcess):

@@ -1,10 +1,12 @@
 """The worker's HTTP endpoints on the real broker: readiness through a rebalance, metrics that
-match what a read_committed reader finds, liveness while the broker is frozen, a port in use."""
+match what a read_committed reader finds, liveness while the broker is frozen, a port in use,
+a thousand idle connections against a worker short of files."""
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import socket
 import threading
@@ -17,7 +19,16 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import cli
-from tests.integration.harness import ROOT, group_of, poll_until, wait_drained, wait_members
+from tests.integration.harness import (
+    ROOT,
+    Collector,
+    WorkerProcess,
+    group_of,
+    poll_until,
+    replay_entries,
+    wait_drained,
+    wait_members,
+)
 from workers.kafka_io import publish, read
 from workers.settings import kafka_settings
 from workers.stream.outputs import CONFIRMATIONS, DLQ, ENTRIES
@@ -166,3 +177,59 @@ def test_a_port_in_use_is_refused_at_start(env, topics):
     err = done.stderr.decode()
     assert f"127.0.0.1:{port}" in err and "TRANSCRIPT_HTTP_PORT" in err
     assert "Traceback" not in err
+
+
+NOFILE = 256  # the worker's file limit: what ~250 idle connections used to exhaust
+IDLE_CONNECTIONS = 1000
+
+
+def open_idle(port: int, n: int) -> list[socket.socket]:
+    """n TCP connections that send nothing, opened without waiting on each: against a server
+    that stops accepting, the rest wait in the kernel (SYN retries), not in the test."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = n + 256  # the test's own files besides
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want if hard < 0 else min(want, hard), hard))
+    opened = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            opened.append(s)
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", port))
+    except BaseException:
+        for s in opened:
+            s.close()
+        raise
+    return opened
+
+
+def test_a_thousand_idle_connections_do_not_starve_a_worker_short_of_files(env, topics, tmp_path):
+    """DESIGN 1.2. They are opened once the port answers, while the worker still joins its
+    group, starts its producers and opens its stores (all need files), and held to the end."""
+    ks = kafka_settings(env)
+    port = free_port()
+    records = list(generate(2000, sessions_n=200, seed=18))
+    expected = replay_entries([v for _, v in records], env)
+    w = WorkerProcess(env, tmp_path / "state", tmp_path / "w.log",
+                      TRANSCRIPT_HTTP_PORT=str(port)).start(nofile=NOFILE)
+    held: list[socket.socket] = []
+    try:
+        poll_until(lambda: get(port, "/livez")[0] == 200, 90, [w], "the port answers")
+        held = open_idle(port, IDLE_CONNECTIONS)
+        entries = Collector(ks, ks.topic(ENTRIES))
+        publish(ks, ks.topic(CONFIRMATIONS), records, 8)
+        entries.wait_for(lambda r: len(r) >= len(expected), 180, w)
+        # the held connections are closed at the idle bound, the rest as they came: it answers
+        poll_until(lambda: get(port, "/metrics")[0] == 200, 60, [w], "/metrics answers")
+        assert total(samples(port), "transcript_owner_records_total", outcome="written") \
+            == len(expected) > 0
+        assert w.alive()
+        assert w.stop() == 0
+    finally:
+        for s in held:
+            s.close()
+        if w.alive():
+            w.kill()
+    log = w.log.read_text(errors="replace")
+    assert "Traceback" not in log, log[-4000:]
