@@ -9,10 +9,11 @@ the command with the variable named.
 
 from __future__ import annotations
 
+import math
 import os
 import ssl
 from collections.abc import Mapping
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
@@ -50,7 +51,8 @@ class KafkaSettings(BaseModel):
 
     bootstrap: str = "127.0.0.1:9092"
     topic_prefix: str = Field(default="", pattern=r"^[A-Za-z0-9._-]*$")
-    replication_factor: int | None = Field(default=None, ge=1)
+    # Kafka's CreateTopics carries it as an INT16 (the brokers' count limits it further)
+    replication_factor: int | None = Field(default=None, ge=1, le=32767)
     security_protocol: SecurityProtocol = "PLAINTEXT"
     sasl_mechanism: SaslMechanism | None = None
     sasl_username: str | None = None
@@ -62,10 +64,15 @@ class KafkaSettings(BaseModel):
     @field_validator("bootstrap")
     @classmethod
     def _hosts(cls, value: str) -> str:
-        for host in value.split(","):
-            name, sep, port = host.strip().rpartition(":")
-            if not sep or not name or not port.isdigit():
-                raise ValueError(f"expected host:port[,host:port…], got {host.strip()!r}")
+        """Every entry a host and a port a client can connect to: a port beyond 65535 would
+        pass a digits check and then leave every client retrying for ever."""
+        entries = value.split(",")
+        for i, entry in enumerate(entries, 1):
+            problem = _endpoint_problem(entry.strip())
+            if problem is not None:
+                where = f"entry {i} of {len(entries)}" if len(entries) > 1 else "the value"
+                raise ValueError("must be host:port[,host:port…] with a port from 1 to 65535; "
+                                 f"{where} {problem}")
         return value
 
     def topic(self, name: str) -> str:
@@ -102,6 +109,27 @@ class KafkaSettings(BaseModel):
         if self.security_protocol.endswith("SSL"):
             kwargs["ssl_context"] = self.ssl_context()
         return kwargs
+
+
+def _endpoint_problem(entry: str) -> str | None:
+    """What is wrong with one `host:port` of KAFKA_BOOTSTRAP, or None (never the host: the
+    message must not carry what was typed there)."""
+    name, sep, port = entry.rpartition(":")
+    if not entry:
+        return "is empty"
+    if not sep:
+        return "has no :port"
+    if not name:
+        return "has no host before the port"
+    if any(c.isspace() or not c.isprintable() for c in name):
+        return "has a blank or a control character in its host"
+    if not (port.isascii() and port.isdigit()):
+        return "has a port that is not a whole number"
+    if len(port) > 5 or int(port) > 65535:
+        return "has a port above 65535"
+    if int(port) == 0:
+        return "has port 0"
+    return None
 
 
 def _tls_context(cafile: str | None, certfile: str | None,
@@ -219,7 +247,8 @@ class WorkerSettings(BaseModel):
         default=7.0, gt=0, le=MAX_DEDUPE_WINDOW_DAYS, allow_inf_nan=False
     )
     state_dir: str = "var/state"
-    partitions: int = Field(default=8, ge=1)
+    # far above any topic of this deployment (8 by default) and finite
+    partitions: int = Field(default=8, ge=1, le=10_000)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     # README, "Operating": /livez /readyz /metrics; no port, no server (0: any free port)
     http_host: str = Field(default="127.0.0.1", min_length=1, max_length=253,
@@ -227,11 +256,14 @@ class WorkerSettings(BaseModel):
     http_port: int | None = Field(default=None, ge=0, le=65535)
     # /livez fails once a batch has been in flight this long (a stuck transaction or broker)
     liveness_timeout_s: float = Field(default=120.0, ge=1.0, le=86400, allow_inf_nan=False)
-    session_timeout_s: float = Field(default=10.0, ge=1.0)
+    # at most the broker's default group.max.session.timeout.ms (30 min)
+    session_timeout_s: float = Field(default=10.0, ge=1.0, le=1800, allow_inf_nan=False)
     # group.instance.id (a pod name): one per worker process of the group, stable across restarts
     instance_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,249}$")
-    max_batch: int = Field(default=20_000, ge=1)
-    linger_ms: float = Field(default=1.0, ge=0)
+    # the worker buffers at most 3 batches of input: this bounds what it holds in memory too
+    max_batch: int = Field(default=20_000, ge=1, le=1_000_000)
+    # a batch of fewer records waits this long to fill: a second adds a second to latency
+    linger_ms: float = Field(default=1.0, ge=0, le=1000, allow_inf_nan=False)
     # README, "Processing guarantee": exactly_once commits each input partition's share of a
     # batch in one Kafka transaction; at_least_once is the cheaper mode before 1.1
     processing_guarantee: Literal["exactly_once", "at_least_once"] = "exactly_once"
@@ -262,7 +294,74 @@ def _from_env(model: type[M], names: dict[str, str], environ: Mapping[str, str] 
         return model(**values)
     except ValidationError as exc:
         var_of = {field: var for var, field in names.items()}
-        problems = [
-            f"{var_of.get(str(e['loc'][0]), e['loc'][0])}: {e['msg']}" for e in exc.errors()
-        ]
+        problems = []
+        for e in exc.errors():
+            field = str(e["loc"][0])
+            var = var_of.get(field, field)
+            if (span := numeric_range(model, field)) is not None:
+                problems.append(f"{var}: must be {span.text()}; {span.problem(values[field])}")
+            elif e["type"] == "value_error":
+                problems.append(f"{var}: {e['ctx']['error']}")
+            else:
+                problems.append(f"{var}: {e['msg']}")
         raise SettingsError("invalid environment: " + "; ".join(problems)) from None
+
+
+class NumericRange(NamedTuple):
+    """The range of a numeric setting, from its field's bounds: every one has a finite
+    lowest and highest value (a setting of inf or 1e300 would pass a lower bound alone and
+    then stall the worker), and an error names the range and what is wrong with the value
+    without repeating the value."""
+
+    lowest: float
+    above: bool  # the lowest value itself is excluded (gt)
+    highest: float
+    whole: bool
+
+    def text(self) -> str:
+        kind = "a whole number" if self.whole else "a finite number"
+        if self.above:
+            return f"{kind} above {_num(self.lowest)} and at most {_num(self.highest)}"
+        return f"{kind} from {_num(self.lowest)} to {_num(self.highest)}"
+
+    def problem(self, raw: str) -> str:
+        try:
+            x = float(raw)
+        except ValueError:
+            return "the value is not a number"
+        if math.isnan(x):
+            return "the value is NaN"
+        if math.isinf(x):
+            return "the value is infinite"
+        if self.above and x <= self.lowest:
+            return f"the value is not above {_num(self.lowest)}"
+        if x < self.lowest:
+            return f"the value is below {_num(self.lowest)}"
+        if x > self.highest:
+            return f"the value is above {_num(self.highest)}"
+        return "the value is not a whole number"
+
+
+def numeric_range(model: type[BaseModel], field: str) -> NumericRange | None:
+    """The range of `field` if it is a numeric setting (int or float), else None. Raises
+    TypeError for a numeric field without both bounds: none may be unbounded."""
+    info = model.model_fields.get(field)
+    types = (info.annotation, *get_args(info.annotation)) if info is not None else ()
+    if int not in types and float not in types:
+        return None
+    lowest = highest = None
+    above = False
+    for bound in info.metadata:  # Field's ge, gt and le (annotated_types' Ge, Gt, Le)
+        if hasattr(bound, "ge"):
+            lowest = bound.ge
+        elif hasattr(bound, "gt"):
+            lowest, above = bound.gt, True
+        elif hasattr(bound, "le"):
+            highest = bound.le
+    if lowest is None or highest is None:
+        raise TypeError(f"{model.__name__}.{field}: a numeric setting needs both bounds")
+    return NumericRange(float(lowest), above, float(highest), float not in types)
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if x.is_integer() else str(x)

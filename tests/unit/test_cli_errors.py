@@ -89,6 +89,23 @@ def test_settings_errors_and_ctrl_c_keep_their_own_handling(
     assert main(RENDER) == 130
 
 
+@pytest.mark.parametrize(("var", "value", "says"), [
+    ("KAFKA_BOOTSTRAP", "127.0.0.1:99999", "KAFKA_BOOTSTRAP: must be host:port[,host:port…] "
+     "with a port from 1 to 65535; the value has a port above 65535"),
+    ("TRANSCRIPT_PARTITIONS", "1e300", "TRANSCRIPT_PARTITIONS: must be a whole number from 1 "
+     "to 10000; the value is above 10000"),
+])
+def test_a_setting_out_of_its_range_stops_audit_with_one_line_and_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], var: str, value: str,
+    says: str,
+) -> None:
+    """Before, the port passed a digits check and the partition count had no upper bound:
+    the clients were made and retried."""
+    monkeypatch.setenv(var, value)
+    assert main(["audit"]) == 2
+    assert capsys.readouterr() == ("", f"error: invalid environment: {says}\n")
+
+
 # --- real inputs that used to end in a RecursionError traceback (exit 1) --------------------
 
 

@@ -11,7 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from workers.settings import MAX_DEDUPE_WINDOW_DAYS, SettingsError, kafka_settings, worker_settings
+from workers.settings import (
+    ENV,
+    MAX_DEDUPE_WINDOW_DAYS,
+    WORKER_ENV,
+    KafkaSettings,
+    SettingsError,
+    WorkerSettings,
+    kafka_settings,
+    numeric_range,
+    worker_settings,
+)
 
 
 def test_defaults_and_prefix():
@@ -103,6 +113,150 @@ def test_exactly_once_is_the_default_and_at_least_once_is_chosen_by_name():
 def test_guarantee_and_timeouts_are_checked(var, value):
     with pytest.raises(SettingsError, match=var):
         worker_settings({var: value})
+
+
+# ---- every numeric setting has a finite range, named in its error ---------------------------
+
+# variable, reader, its range as the error names it (README, "Configuration")
+NUMERIC = [
+    ("TRANSCRIPT_REPLICATION_FACTOR", kafka_settings, "a whole number from 1 to 32767", 1, 32767),
+    ("TRANSCRIPT_DEDUPE_WINDOW_DAYS", worker_settings,
+     "a finite number above 0 and at most 3650", 0.001, 3650),
+    ("TRANSCRIPT_PARTITIONS", worker_settings, "a whole number from 1 to 10000", 1, 10_000),
+    ("TRANSCRIPT_HTTP_PORT", worker_settings, "a whole number from 0 to 65535", 0, 65535),
+    ("TRANSCRIPT_LIVENESS_TIMEOUT_S", worker_settings, "a finite number from 1 to 86400", 1,
+     86400),
+    ("TRANSCRIPT_SESSION_TIMEOUT_S", worker_settings, "a finite number from 1 to 1800", 1, 1800),
+    ("TRANSCRIPT_MAX_BATCH", worker_settings, "a whole number from 1 to 1000000", 1, 1_000_000),
+    ("TRANSCRIPT_LINGER_MS", worker_settings, "a finite number from 0 to 1000", 0, 1000),
+    ("TRANSCRIPT_SHUTDOWN_TIMEOUT_S", worker_settings, "a finite number from 1 to 3600", 1, 3600),
+    ("TRANSCRIPT_TRANSACTION_TIMEOUT_S", worker_settings, "a finite number from 1 to 900", 1,
+     900),
+    ("TRANSCRIPT_CHECKPOINT_INTERVAL_S", worker_settings, "a finite number from 0.1 to 604800",
+     0.1, 604800),
+    ("TRANSCRIPT_CHECKPOINT_KEEP", worker_settings, "a whole number from 1 to 1000", 1, 1000),
+    ("TRANSCRIPT_CHECKPOINT_KEYS_PER_BATCH", worker_settings,
+     "a whole number from 100 to 10000000", 100, 10_000_000),
+]
+
+
+def test_the_table_holds_every_numeric_setting():
+    """A numeric setting added without bounds fails here (numeric_range raises)."""
+    numeric = {var for var, field in ENV.items() if numeric_range(KafkaSettings, field)}
+    numeric |= {var for var, field in WORKER_ENV.items() if numeric_range(WorkerSettings, field)}
+    assert numeric == {row[0] for row in NUMERIC}
+
+
+@pytest.mark.parametrize(("var", "read", "span", "lowest", "highest"), NUMERIC,
+                         ids=[row[0] for row in NUMERIC])
+@pytest.mark.parametrize(("value", "problem"), [
+    ("inf", "the value is infinite"),
+    ("-inf", "the value is infinite"),
+    ("nan", "the value is NaN"),
+    ("1e300", "the value is above {highest}"),
+    ("{above}", "the value is above {highest}"),
+    ("-1", "the value is {below}"),
+    ("soon", "the value is not a number"),
+])
+def test_a_numeric_setting_outside_its_finite_range_is_refused_naming_the_range(
+        var, read, span, lowest, highest, value, problem):
+    """inf, 1e300 and the like passed a lower bound alone: TRANSCRIPT_LINGER_MS=inf had the
+    processor sleep for ever while /livez said 200, TRANSCRIPT_SESSION_TIMEOUT_S=inf reached
+    the consumer group."""
+    above = highest + 1
+    below = "not above 0" if var == "TRANSCRIPT_DEDUPE_WINDOW_DAYS" else f"below {lowest:g}"
+    value = value.format(above=above)
+    problem = problem.format(highest=highest, below=below)
+    with pytest.raises(SettingsError) as err:
+        read({var: value})
+    assert str(err.value) == f"invalid environment: {var}: must be {span}; {problem}"
+
+
+@pytest.mark.parametrize(("var", "read", "span", "lowest", "highest"), NUMERIC,
+                         ids=[row[0] for row in NUMERIC])
+def test_both_ends_of_every_range_are_accepted_and_nothing_beyond(var, read, span, lowest,
+                                                                  highest):
+    field = (ENV | WORKER_ENV)[var]
+    assert getattr(read({var: str(lowest)}), field) == lowest
+    assert getattr(read({var: str(highest)}), field) == highest
+    step = 1 if "whole" in span else 0.001
+    for beyond in (lowest - step, highest + step):
+        with pytest.raises(SettingsError, match=f"^invalid environment: {var}: must be {span}; "):
+            read({var: str(beyond)})
+    if "whole" in span:
+        with pytest.raises(SettingsError, match=f"{var}: .*; the value is not a whole number$"):
+            read({var: f"{lowest}.5"})
+
+
+def test_the_defaults_and_the_values_this_repository_runs_with_are_in_range():
+    """Defaults, and what the tests, the bench and the deployments set (grep TRANSCRIPT_)."""
+    for model in (KafkaSettings, WorkerSettings):
+        defaults = model()
+        for field in model.model_fields:
+            span = numeric_range(model, field)
+            value = getattr(defaults, field)
+            if span is not None and value is not None:
+                assert span.lowest <= value <= span.highest, field
+    ws = worker_settings({
+        "TRANSCRIPT_SESSION_TIMEOUT_S": "6", "TRANSCRIPT_CHECKPOINT_INTERVAL_S": "1",
+        "TRANSCRIPT_CHECKPOINT_KEEP": "1000", "TRANSCRIPT_CHECKPOINT_KEYS_PER_BATCH": "1000",
+        "TRANSCRIPT_SHUTDOWN_TIMEOUT_S": "20", "TRANSCRIPT_LIVENESS_TIMEOUT_S": "2",
+        "TRANSCRIPT_MAX_BATCH": "50", "TRANSCRIPT_PARTITIONS": "12",
+        "TRANSCRIPT_HTTP_PORT": "6066"})
+    assert (ws.session_timeout_s, ws.max_batch, ws.checkpoint_keep) == (6, 50, 1000)
+    assert worker_settings({"TRANSCRIPT_SESSION_TIMEOUT_S": "45",
+                            "TRANSCRIPT_MAX_BATCH": "2000"}).session_timeout_s == 45
+    assert kafka_settings({"TRANSCRIPT_REPLICATION_FACTOR": "3"}).replication_factor == 3
+
+
+@pytest.mark.parametrize(("bootstrap", "problem"), [
+    ("127.0.0.1:99999", "the value has a port above 65535"),
+    ("secret-host:123456789012345", "the value has a port above 65535"),
+    ("127.0.0.1:0", "the value has port 0"),
+    ("127.0.0.1", "the value has no :port"),
+    (":9092", "the value has no host before the port"),
+    ("secret-host:port", "the value has a port that is not a whole number"),
+    ("secret-host:\u0663", "the value has a port that is not a whole number"),  # an Arabic 3
+    ("secret host:9092", "the value has a blank or a control character in its host"),
+    ("127.0.0.1:9092,,127.0.0.1:9093", "entry 2 of 3 is empty"),
+    ("127.0.0.1:9092,secret-host:65536", "entry 2 of 2 has a port above 65535"),
+])
+def test_bootstrap_ports_are_1_to_65535_and_hosts_not_empty(bootstrap, problem):
+    with pytest.raises(SettingsError) as err:
+        kafka_settings({"KAFKA_BOOTSTRAP": bootstrap})
+    assert str(err.value) == ("invalid environment: KAFKA_BOOTSTRAP: must be host:port[,host:port"
+                              f"…] with a port from 1 to 65535; {problem}")
+    assert "secret" not in str(err.value)  # what was typed is not repeated
+
+
+def test_usable_bootstraps_are_accepted_up_to_port_65535():
+    for bootstrap in ("127.0.0.1:1", "127.0.0.1:65535", "[::1]:9092",
+                      "kafka-0.kafka:9092, kafka-1.kafka:9092"):
+        assert kafka_settings({"KAFKA_BOOTSTRAP": bootstrap}).bootstrap == bootstrap
+    with pytest.raises(SettingsError, match="KAFKA_BOOTSTRAP: .* has a port above 65535$"):
+        kafka_settings({"KAFKA_BOOTSTRAP": "127.0.0.1:65536"})
+
+
+@pytest.mark.parametrize(("command", "env", "says"), [
+    ("worker", {"TRANSCRIPT_LINGER_MS": "inf"},
+     "TRANSCRIPT_LINGER_MS: must be a finite number from 0 to 1000; the value is infinite"),
+    ("worker", {"TRANSCRIPT_LINGER_MS": "1e300"},
+     "TRANSCRIPT_LINGER_MS: must be a finite number from 0 to 1000; the value is above 1000"),
+    ("worker", {"TRANSCRIPT_SESSION_TIMEOUT_S": "inf"},
+     "TRANSCRIPT_SESSION_TIMEOUT_S: must be a finite number from 1 to 1800; the value is "
+     "infinite"),
+    ("audit", {"KAFKA_BOOTSTRAP": "127.0.0.1:99999"},
+     "KAFKA_BOOTSTRAP: must be host:port[,host:port…] with a port from 1 to 65535; the value "
+     "has a port above 65535"),
+])
+def test_settings_that_used_to_stall_stop_the_command_with_exit_2(command, env, says):
+    # nothing listens on port 1: a worker that started anyway would reach no broker
+    env = {**os.environ, "KAFKA_BOOTSTRAP": "127.0.0.1:1",
+           "TRANSCRIPT_TOPIC_PREFIX": "nowhere.", **env}
+    done = subprocess.run([sys.executable, "-m", "workers", command], env=env,
+                          capture_output=True, timeout=60)
+    assert (done.returncode, done.stdout) == (2, b"")
+    assert done.stderr.decode() == f"error: invalid environment: {says}\n"
 
 
 # ---- TLS: one context for every client, unusable files refused at start ----------------------
