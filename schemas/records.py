@@ -5,7 +5,8 @@ buffer) and ignore unknown fields (a newer connector may add some); a missing re
 field is an error. Lists are tuples so that a frozen model is frozen all the way down.
 
 The attribute for the JSON field `schema` is `schema_` (pydantic reserves `schema` on
-BaseModel); it is read and written as `schema`.
+BaseModel); it is read and written as `schema` only: `schema_` in a record is an unknown
+field, never a spelling of the tag (a record is read by its JSON names alone).
 """
 
 from __future__ import annotations
@@ -93,12 +94,14 @@ DiagnosticLevel = Literal["info", "warn", "error"]
 
 
 class Record(BaseModel):
-    """Base of every wire model: frozen, unknown fields ignored, `schema` by its JSON name."""
+    """Base of every wire model: frozen, unknown fields ignored, `schema` by its JSON name.
+
+    Validated by alias only (no validate_by_name): a field's Python name is no JSON name.
+    """
 
     model_config = ConfigDict(
         frozen=True,
         extra="ignore",
-        validate_by_name=True,
         validate_by_alias=True,
         serialize_by_alias=True,
     )

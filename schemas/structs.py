@@ -14,7 +14,9 @@ So the fast path only ever accepts a *subset* of what pydantic accepts, with equ
   digit where pydantic truncates it, and take `+0100`);
 - `$` at the end of a pattern becomes `\\Z` (Python's `$` also matches before a final newline);
 - a model's own validators are mirrored by the checks in `_CHECKS`, one per validator;
-- an unknown field is refused (pydantic ignores it), except in a model open to extra fields.
+- an unknown field is refused (pydantic ignores it), except in a model open to extra fields;
+- a member named twice is found by counting (schemas.parse._once): a Struct is written without
+  its default-valued fields (`omit_defaults`) for that, and nothing else writes one.
 A Struct has the model's attribute names (`schema_` is a class attribute: the tag), so the core
 reads either kind of record alike. `Native` keeps only `kind`: nothing reads the rest.
 """
@@ -145,6 +147,7 @@ class _Builder:
         open_model = model.model_config.get("extra") == "allow"
         struct = msgspec.defstruct(model.__name__, fields, kw_only=True, frozen=True,
                                    gc=False, forbid_unknown_fields=not open_model,
+                                   omit_defaults=True,
                                    namespace={"schema_": tag}, **options)
         self.structs[model] = (struct, plan)
         return struct, plan

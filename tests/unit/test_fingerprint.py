@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from schemas import DeliveryConfirmation
 from tests.unit.test_properties import CHATS, confirmations
-from tests.unit.wire import WRITTEN_AT, confirmation, parsed, with_
+from tests.unit.wire import WRITTEN_AT, confirmation, kinds, parsed, run_records, with_
 from workers.core import (
     EMPTY_HEAD,
     Seen,
@@ -33,7 +33,7 @@ from workers.core import (
     fingerprint,
     session_key_of,
 )
-from workers.core.fingerprint import FINGERPRINT_HEX_CHARS
+from workers.core.fingerprint import FINGERPRINT_HEX_CHARS, origin_key
 
 BASE = confirmation()
 TURN = {"kind": "turn_reply", "turn": {"session_key": "agent:ops:main", "turn_id": "t1"}}
@@ -61,6 +61,17 @@ CASES: dict[str, tuple[dict[str, Any], str]] = {
     "unicode": (
         with_(BASE, **{"payload.text": 'größe 東京 👍 "q" \\ \n\t\u0001'}),
         "218059f498d6fd6b1130553a39ade306",
+    ),
+    # origin keys that name no agent (compared by no rule), spelled as they fold: the values
+    # stored before issue 23, when such a key was kept as given
+    "turn key naming no agent": (
+        with_(BASE, origin={"kind": "message_tool", "turn": {
+            "session_key": "agent:bad!:telegram:group:-100123", "turn_id": "t1"}}),
+        "4098441a48ce53b2561b2d1160fd5bc0",
+    ),
+    "job key naming no agent": (
+        with_(BASE, **{"origin.job.session_key": "agent:x y:main"}),
+        "5ea741da6b0d64a232413aee1383dfe1",
     ),
 }
 # Other forms of a pinned case: the same content, so the same fingerprint.
@@ -95,6 +106,18 @@ SAME_AS: dict[str, tuple[str, dict[str, Any]]] = {
     "native is not content": ("native", with_(BASE, payload={})),
     "native is not content, either way": ("native", with_(BASE, payload={"text": "",
                                                                          "native": []})),
+    # issue 23, item 7: a key that names no agent is spelled many ways too
+    "turn key naming no agent, upper-case and padded": (
+        "turn key naming no agent",
+        with_(BASE, origin={"kind": "message_tool", "turn": {
+            "session_key": " AGENT:Bad!:Telegram:GROUP:-100123\t", "turn_id": "t1"}}),
+    ),
+    "job key naming no agent, upper-case": (
+        "job key naming no agent", with_(BASE, **{"origin.job.session_key": "Agent: X Y :MAIN"}),
+    ),
+    "job key naming no agent, main implied": (
+        "job key naming no agent", with_(BASE, **{"origin.job.session_key": "agent:X Y"}),
+    ),
 }
 
 
@@ -115,8 +138,10 @@ def reference(record: DeliveryConfirmation, session_key: str) -> str:
     def canonical(raw: str) -> str:
         try:
             return canonical_session_key(raw, record.agent_id)
-        except ValueError:
-            return raw  # a key no rule compares: kept as given
+        except ValueError:  # a key no rule compares, naming no agent: folded all the same
+            _, segment, *rest = raw.split(":", 2)
+            tail = canonical_session_key(":".join(["agent", "x", *rest]), "x")
+            return f"agent:{segment.strip().lower()}:{tail[len('agent:x:'):]}"
 
     dest = None if record.destination_agent_id == record.agent_id else record.destination_agent_id
     o, p = record.origin, record.payload
@@ -175,6 +200,36 @@ def test_the_fingerprint_needs_the_canonical_origin_keys() -> None:
 @given(confirmations())
 def test_fingerprint_matches_the_reference(wire: dict[str, Any]) -> None:
     assert stored(wire) == ref(wire)
+
+
+@pytest.mark.parametrize(("origin", "first", "again"), [
+    ({"kind": "message_tool", "turn": {"turn_id": "t"}}, "agent:Bad!:Main", " agent:bad!:main "),
+    ({"kind": "automation_result", "turn": {"turn_id": "t"}}, "agent:x y:slack:DM:U1",
+     "AGENT:X Y:slack:direct:u1"),
+    ({"kind": "automation_result", "job": {"id": "j", "mode": "background"}},
+     "agent:-x:telegram:group:-1:thread:5", "agent:-X:telegram:group:-1:topic:5"),
+], ids=["message_tool turn", "automation_result turn", "background job"])
+def test_an_origin_key_naming_no_agent_in_two_spellings_is_a_duplicate_not_a_conflict(
+    origin: dict[str, Any], first: str, again: str
+) -> None:
+    """Issue 23, item 7: such a key was kept as given, so a retry spelling it another way was
+    a false `conflicting_duplicate`. Another key (another chat) is still another content."""
+    where = "turn" if "turn" in origin else "job"
+    wire = with_(BASE, origin=copy.deepcopy(origin), **{f"origin.{where}.session_key": first})
+    retry = with_(wire, **{f"origin.{where}.session_key": again})
+    other = with_(wire, **{f"origin.{where}.session_key": again.replace("-1", "-2")
+                           .replace("main", "other").replace("u1", "u2")})
+    outcomes = run_records([wire, retry, other])
+    assert kinds(outcomes) == ["written", "duplicate", "conflict"]
+    assert stored(retry) == stored(wire) != stored(other)
+
+
+def test_an_origin_key_keeps_its_canonical_form_and_folds_one_that_names_no_agent() -> None:
+    assert origin_key("TELEGRAM:group:-1", "ops") == "agent:ops:telegram:group:-1"
+    assert origin_key(" agent:Bad!:Slack:DM:U1 ", "ops") == "agent:bad!:slack:direct:u1"
+    assert origin_key("agent:bad!", "ops") == origin_key("agent:BAD!:main", "ops")
+    assert origin_key("agent::x", "ops") == "agent::x"
+    assert origin_key("agent:bad!:matrix:group:!Room:x.org", "ops").endswith("!Room:x.org")
 
 
 # --- retries: what a connector may change without changing the content -------------------

@@ -87,6 +87,14 @@ def _hazards() -> dict[str, bytes]:
                                                          "delivery-confirmation/1")),
         "schema_ beside schema": dumps(confirmation(schema_="session-reset/1")),
         "schema_ escaped": good[:-1] + b', "schema\\u005f": "session-reset/1"}',
+        "duplicate key, nested": good.replace(b'"peer_id"', b'"peer_id": "x", "peer_id"'),
+        "duplicate key, given its default twice": good.replace(
+            b'"peer_kind"', b'"thread_id": null, "thread_id": null, "peer_kind"'),
+        "duplicate key, an escaped colon elsewhere": text.replace(b"hello", b"\\u003a")[:-1]
+        + b', "agent_id": "ops"}',
+        "duplicate key inside a native item": native(b'{"a": 1, "a": 1}'),
+        "defaults given": dumps(confirmation(destination_agent_id=None, **{
+            "route.thread_id": None, "payload.media": [], "receipt.sent_at": DELETE})),
         "unknown field": dumps(confirmation(extra={"a": [1, 2]})),
         "unknown nested field": dumps(confirmation(**{"route.zzz": True})),
         "deep unknown field": dumps(confirmation(x=json.loads("[" * 250 + "]" * 250))),

@@ -5,19 +5,24 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 from pathlib import Path
+from typing import get_args
 
 import pytest
 from pydantic import ValidationError
 
+import schemas.records
 from schemas import (
     MAX_RECORD_BYTES,
     RECORDS,
     DeliveryConfirmation,
     Invalid,
+    SessionErasure,
     SessionReset,
     parse_input,
+    read_input,
 )
 from schemas.generate import JSON_DIR, main, render_all, stale_files, write_all
+from schemas.records import Record
 from tests.unit.wire import DELETE, confirmation, dumps, reset
 
 
@@ -75,6 +80,15 @@ def test_a_record_of_exactly_1_mib_is_not_oversize() -> None:
     padded = dumps(confirmation(pad="x" * (MAX_RECORD_BYTES - len(base))))
     assert len(padded) == MAX_RECORD_BYTES
     assert isinstance(parse_input(padded), DeliveryConfirmation)
+
+
+ERASE = {"schema": "session-erase/1", "session_key": "agent:ops:main",
+         "erased_at": "2025-03-01T00:00:00Z", "reason": "r"}
+
+
+def _respelled(record: dict[str, object]) -> bytes:
+    """`record` with its tag under the attribute's Python name, `schema_`, and no `schema`."""
+    return dumps({"schema_" if k == "schema" else k: v for k, v in record.items()})
 
 
 # (case, raw bytes, the reason parse_input must give)
@@ -169,6 +183,24 @@ DEAD_LETTERS: list[tuple[str, bytes, str]] = [
         dumps({"schema": "delivery-confirmation/1"}),
         "send_id: field required; confirmed_at: field required; agent_id: field required (+5 more)",
     ),
+    (
+        "a member named twice",
+        dumps(confirmation())[:-1] + b', "send_id": "other"}',
+        "duplicate member: send_id",
+    ),
+    (
+        "the tag named twice, the last an erase",
+        dumps(confirmation())[:-1] + b', "schema": "session-erase/1"}',
+        "duplicate member: schema",
+    ),
+    (
+        "a nested member named twice",
+        dumps(confirmation()).replace(b'"peer_id"', b'"peer_id": "x", "peer_id"'),
+        "duplicate member: route.peer_id",
+    ),
+    ("the tag spelled schema_", _respelled(confirmation()), "schema: field required"),
+    ("a reset's tag spelled schema_", _respelled(reset()), "schema: field required"),
+    ("an erase's tag spelled schema_", _respelled(ERASE), "schema: field required"),
 ]
 
 
@@ -181,6 +213,45 @@ def test_invalid_input_is_invalid_with_a_reason_naming_field_and_problem(
     result = parse_input(raw)
     assert isinstance(result, Invalid)
     assert result.reason.startswith(reason), result.reason
+
+
+@pytest.mark.parametrize("tag", ["session-erase/1", "session-reset/1", "delivery-confirmation/1"])
+@pytest.mark.parametrize("first", [True, False], ids=["schema_ first", "schema_ last"])
+def test_schema_beside_schema_is_an_unknown_field_the_record_is_read_by_schema_alone(
+    tag: str, first: bool
+) -> None:
+    """Issue 23: `schema_` was a second spelling of the tag (pydantic reads a discriminator by
+    its Python name before its alias, and the models validated by name)."""
+    base = {**reset(), "erased_at": "2025-03-01T00:00:00Z"}
+    record = {"schema_": tag, **base} if first else {**base, "schema_": tag}
+    for parse in (parse_input, read_input):
+        result = parse(dumps(record))
+        assert not isinstance(result, Invalid), result
+        assert result.schema_ == "session-reset/1"
+
+
+def _aliased_fields() -> list[tuple[type[Record], str, str]]:
+    models = [m for m in vars(schemas.records).values()
+              if isinstance(m, type) and issubclass(m, Record) and m is not Record]
+    return [(m, name, f.alias) for m in models for name, f in m.model_fields.items()
+            if f.alias not in (None, name)]
+
+
+def test_no_wire_model_reads_a_field_by_its_python_name() -> None:
+    """Every field whose Python name differs from its JSON name (the tags) is read by the JSON
+    name only, and written by it (the bytes of every record stay as they were)."""
+    aliased = _aliased_fields()
+    assert {(m.__name__, n, a) for m, n, a in aliased} == {
+        (m.__name__, "schema_", "schema") for m in RECORDS.values()}
+    for model, name, alias in aliased:
+        tag = get_args(model.model_fields[name].annotation)[0]
+        with pytest.raises(ValidationError) as caught:
+            model.model_validate({name: tag})
+        assert any(e["loc"] == (alias,) and e["type"] == "missing" for e in caught.value.errors())
+    erasure = SessionErasure.model_validate({
+        "schema": "session-erasure/1", "session_key": "agent:ops:main",
+        "erased_at": "2025-03-01T00:00:00Z", "epoch": 1, "through_seq": 0})
+    assert erasure.model_dump_json().startswith('{"schema":"session-erasure/1",')
 
 
 def test_a_reason_never_quotes_the_message_text() -> None:

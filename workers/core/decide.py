@@ -35,7 +35,7 @@ from schemas.records import (
     InputRecord,
     Payload,
 )
-from workers.core.fingerprint import fingerprint
+from workers.core.fingerprint import fingerprint, origin_key
 from workers.core.outcomes import (
     CLOCK_SKEW,
     CONFIRMED_BEFORE_ERASURE,
@@ -208,14 +208,14 @@ def _confirmation(
         if isinstance(turn_key, Invalid):
             if origin.kind == "turn_reply":
                 return Decision(head, None, dead_letter(turn_key.reason, key, send_id=send_id))
-            turn_key = origin.turn.session_key  # compared by no rule: kept as given
+            turn_key = origin_key(origin.turn.session_key, record.agent_id)  # compared by no rule
     job = origin.job
     if job is not None and job.session_key is not None:
         job_key = _canonical_or_invalid("origin.job.session_key", job.session_key, record.agent_id)
         if isinstance(job_key, Invalid):
             if job.mode == "in_chat":
                 return Decision(head, None, dead_letter(job_key.reason, key, send_id=send_id))
-            job_key = job.session_key
+            job_key = origin_key(job.session_key, record.agent_id)  # compared by no rule
 
     # Rule 3: dedupe, on the session clock. A confirmed_at too far ahead of the worker's
     # clock does not move it there (written as shown, flagged by Rule 7): the record counts

@@ -5,6 +5,10 @@ canonical session key, the destination agent), the text, the media as (kind, nam
 canonical origin (its keys in canonical form). Not the receipt, `confirmed_at`, media URLs or
 mime types, nor channel-native items: a connector's retry may carry a re-signed URL, an added
 mime type, a new receipt, a new time or another spelling of a key for the same visible send.
+
+An origin key no rule compares may name no agent (`agent:<not an id>:…`, on a send that is not
+a turn reply, or of a background job): it is folded as a canonical key is (`origin_key`), so
+its spellings are one content too.
 """
 
 from __future__ import annotations
@@ -14,12 +18,29 @@ import hashlib
 import msgspec
 
 from schemas import DeliveryConfirmation
+from workers.core.session_keys import canonical_session_key
 
 FINGERPRINT_HEX_CHARS = 32  # 128 bits: ample to tell two sends of one send_id apart
 # The canonical JSON is pydantic-core's `to_json` of the tuple (as the stored fingerprints were
 # made); msgspec writes the same bytes for strings, lists and None, in a third of the time (a
 # test compares the two over every code point).
 _JSON = msgspec.json.Encoder().encode
+_ANY_AGENT = "a"  # an agent id, standing in for a segment that is none while the rest is folded
+
+
+def origin_key(raw: str, agent_id: str) -> str:
+    """An origin key as the fingerprint holds it: its canonical form, or, for a key whose agent
+    segment is no agent id, the same folding with that segment trimmed and lower-cased.
+
+    A canonical key is returned unchanged (stored fingerprints stay valid), and so is a key
+    that names no agent and is already folded (`agent:bad!:main`).
+    """
+    try:
+        return canonical_session_key(raw, agent_id)
+    except ValueError:  # `agent:<segment>:<rest>`, the segment no agent id
+        _, segment, *rest = raw.split(":", 2)
+        folded = canonical_session_key(":".join(["agent", _ANY_AGENT, *rest]), _ANY_AGENT)
+        return f"agent:{segment.strip().lower()}:{folded.removeprefix(f'agent:{_ANY_AGENT}:')}"
 
 
 def fingerprint(
@@ -30,8 +51,8 @@ def fingerprint(
 ) -> str:
     """sha256 (hex, shortened) of the canonical JSON of the record's content.
 
-    `turn_key` and `job_key` are the canonical forms of origin.turn.session_key and
-    origin.job.session_key (None where absent).
+    `turn_key` and `job_key` are origin.turn.session_key and origin.job.session_key as
+    `origin_key` gives them (None where absent).
     """
     dest = record.destination_agent_id
     # "bound to the sender" is said two ways (absent, or the sender's id): one content.
@@ -52,4 +73,4 @@ def fingerprint(
     return hashlib.sha256(_JSON(content)).hexdigest()[:FINGERPRINT_HEX_CHARS]
 
 
-__all__ = ["FINGERPRINT_HEX_CHARS", "fingerprint"]
+__all__ = ["FINGERPRINT_HEX_CHARS", "fingerprint", "origin_key"]

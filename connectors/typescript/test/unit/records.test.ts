@@ -142,6 +142,19 @@ describe("buildConfirmation", () => {
     const r = { ...buildConfirmation(input()), send_id: "" };
     throwsField(() => validateRecord(r), "send_id");
   });
+
+  test("the tag is `schema` alone: `schema_` is no spelling of it, as in the worker (issue 23)", () => {
+    const { schema: _, ...untagged } = buildConfirmation(input());
+    throwsField(() => validateRecord({ ...untagged, schema_: "delivery-confirmation/1" } as never), "schema", /field required/);
+    const reset = { session_key: "agent:ops:main", reset_at: "2026-05-01T12:00:00Z", schema_: "session-reset/1" };
+    throwsField(() => validateRecord(reset as never), "schema", /field required/);
+    // beside `schema` it is an unknown field, ignored: the record is what `schema` says
+    const both = validateRecord({ ...buildConfirmation(input()), schema_: "session-erase/1" } as never);
+    assert.equal((both as { schema: string }).schema, "delivery-confirmation/1");
+    const built = buildConfirmation({ ...input(), schema: "session-erase/1", schema_: "session-erase/1" } as never);
+    assert.equal(built.schema, "delivery-confirmation/1");
+    assert.ok(!("schema_" in built));
+  });
 });
 
 describe("buildReset", () => {
