@@ -113,7 +113,7 @@ def wait_sink_matches(db: Path, expected: dict[str, str], sink: SinkProcess,
 def with_audit_triggers(db: Path, topic: str) -> None:
     """Create the sink database and count every row write in `applied`, in the sink's own
     transactions: a rolled-back batch leaves nothing there, a batch applied twice leaves
-    its keys twice. (The sink creates its tables only IF NOT EXISTS, so these stay.)"""
+    its keys twice. (The database is the sink's own from then on, so these stay.)"""
     SinkDB(db, topic).close()
     c = sqlite3.connect(db)
     c.executescript("""
@@ -276,10 +276,59 @@ def test_two_group_members_share_one_database(ks, env, sinks, tmp_path):
     assert "[0, 1, 2, 3, 4, 5, 6, 7]" in assigned[-1], assigned  # all of them once b left
 
 
+def test_two_entries_with_one_send_id_are_two_rows(ks, env, sinks, tmp_path):
+    """A send repeated after the worker's dedupe window is a new send at a new seq: the
+    database holds every live entry (the old UNIQUE(session_key, send_id) skipped the second)."""
+    sk = "agent:ops:telegram:direct:again"
+    put(ks, [(sk, seq, json.dumps(dict(entry(sk, seq, text), send_id="the-send")).encode())
+             for seq, text in ((1, "first"), (2, "in between"), (3, "sent again"))])
+    db = tmp_path / "s.db"
+    sink = sinks(db, "--until-end")
+    assert sink.proc.wait(timeout=60) == 0, sink.tail()
+    expected, _ = live_entries(ks)
+    assert db_entries(db) == expected and len(expected) == 3
+    assert count(db, "SELECT count(*) FROM entries WHERE send_id = 'the-send'") == 3
+    assert count(db, "SELECT count(*) FROM skipped") == 0
+
+
+def test_a_session_is_read_by_its_exact_keys(ks, env, sinks, tmp_path):
+    """Session `K#<n>` beside `K`, in K's partition: its keys start with `K#`, yet `show K`
+    (from the topic and from the sink) and `forget K` see only K's own entries."""
+    k = "agent:ops:telegram:direct:exact"
+    neighbour = next(f"{k}#{n}" for n in range(1, 1000)
+                     if partition_for(f"{k}#{n}", 8) == partition_for(k, 8))
+    put(ks, [(k, 1, json.dumps(entry(k, 1, "mine")).encode()),
+             (neighbour, 1, json.dumps(entry(neighbour, 1, "another chat")).encode()),
+             (neighbour, 2, json.dumps(entry(neighbour, 2, "another chat")).encode()),
+             (k, 2, json.dumps(entry(k, 2, "mine too")).encode())])
+    db = tmp_path / "s.db"
+    sink = sinks(db, "--until-end")
+    assert sink.proc.wait(timeout=60) == 0, sink.tail()
+    for where in ([], ["--db", str(db)]):
+        shown = cli("show", k, "--json", *where, env=env)
+        assert shown.returncode == 0, shown.stderr.decode()
+        assert [(e["session_key"], e["text"]) for e in map(json.loads, shown.stdout.splitlines())
+                ] == [(k, "mine"), (k, "mine too")], where
+        table = cli("show", k, *where, env=env).stdout.decode()
+        assert "mine too" in table and "another chat" not in table, where
+        other = cli("show", neighbour, "--json", *where, env=env).stdout.splitlines()
+        assert [json.loads(line)["seq"] for line in other] == [1, 2], where
+    done = cli("forget", k, "--reason", "test", env=env)
+    assert done.returncode == 0 and b"(2 live entries)" in done.stdout, done.stderr.decode()
+
+
 def test_errors_exit_2_with_one_line(ks, env, tmp_path):
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"not a database at all" * 100)
+    foreign = tmp_path / "app.db"
+    c = sqlite3.connect(foreign)
+    c.executescript("CREATE TABLE entries (session_key TEXT, seq INTEGER, entry_json TEXT);"
+                    "INSERT INTO entries VALUES ('agent:ops:main', 1, '{\"app\": 1}');")
+    c.close()
+    before = foreign.read_bytes()
     for args, reason in (
+        (["sink", "sqlite", str(foreign), "--from-beginning"], "is not a sink database"),
+        (["show", "agent:ops:main", "--db", str(foreign)], "is not a sink database"),
         (["sink", "sqlite", str(bad)], "file is not a database"),
         (["sink", "sqlite", str(tmp_path / "no" / "dir.db")], "unable to open"),
         (["sink", "sqlite", str(tmp_path / "x.db"), "--group", "g", "--until-end"],
@@ -290,6 +339,7 @@ def test_errors_exit_2_with_one_line(ks, env, tmp_path):
         err = done.stderr.decode()
         assert done.returncode == 2, (args, err)
         assert reason in err and "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert foreign.read_bytes() == before  # refused, never emptied
     other = dict(env, TRANSCRIPT_TOPIC_PREFIX="nosuchprefix.")
     done = cli("sink", "sqlite", str(tmp_path / "y.db"), env=other, timeout=60)
     assert done.returncode == 2 and "does not exist" in done.stderr.decode()

@@ -9,6 +9,8 @@ from collections import namedtuple
 import pytest
 
 from workers.commands.sink import (
+    APPLICATION_ID,
+    SCHEMA_VERSION,
     Delete,
     OffsetConflict,
     SinkDB,
@@ -53,6 +55,7 @@ def test_an_entry_becomes_an_upsert_of_its_fields_and_its_bytes():
 def test_a_tombstone_deletes_its_key():
     assert classify(key(7), None) == Delete(SK, 7)
     assert classify(b"agent:a:b#c:x#0000000012", None) == Delete("agent:a:b#c:x", 12)
+    assert classify(b"agent:a:main#1#0000000001", None) == Delete("agent:a:main#1", 1)
 
 
 @pytest.mark.parametrize("k, v, why", [
@@ -67,6 +70,8 @@ def test_a_tombstone_deletes_its_key():
     (b"\xff\xfe", value(entry(1)), "not UTF-8"),
     (b"no-seq", None, "key: not"),
     (SK.encode() + b"#12", value(entry(12)), "key: not"),
+    (SK.encode() + b"#00000000012", value(entry(12)), "key: not"),  # 11 digits
+    (SK.encode() + "#000000001\u0662".encode(), value(entry(12)), "key: not"),  # not ASCII
 ])
 def test_an_invalid_record_is_skipped_with_a_reason_and_no_content(k, v, why):
     change = classify(k, v)
@@ -108,17 +113,27 @@ def test_a_key_written_again_is_one_row(tmp_path):
 def test_invalid_records_are_skipped_counted_and_the_batch_goes_on(tmp_path, caplog):
     d = db(tmp_path)
     done = d.apply({1: [Rec(0, key(1), b"{secret text"), Rec(1, key(2), value(entry(2))),
-                        Rec(2, key(3), value(entry(3, send_id="send-2")))]}, {})
+                        Rec(2, key(3, "agent:ops:x"), value(entry(3)))]}, {})
     assert (done.upserted, done.skipped) == (1, 2)
     assert rows(d) == [(SK, 2, "send-2")]
     reasons = d.db.execute('SELECT "offset", reason FROM skipped ORDER BY 1').fetchall()
     assert reasons[0][0] == 0 and "invalid entry" in reasons[0][1]
-    assert reasons[1] == (2, "send_id: the session already holds it at seq 2")
+    assert reasons[1] == (2, "key: does not match the entry's session_key and seq")
     assert d.counts() == (1, 2)
     assert d.offsets() == {1: 3}
     warnings = [r for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 2
     assert all("secret" not in r.getMessage() for r in warnings)
+
+
+def test_two_entries_with_one_send_id_are_two_rows(tmp_path):
+    """A send repeated after the worker's dedupe window is a new send at a new seq (DESIGN
+    1.2): the table holds every live entry, keyed by (session_key, seq)."""
+    d = db(tmp_path)
+    done = d.apply({1: [Rec(0, key(2), value(entry(2, send_id="s"))),
+                        Rec(1, key(7), value(entry(7, send_id="s")))]}, {})
+    assert (done.upserted, done.skipped) == (2, 0)
+    assert rows(d) == [(SK, 2, "s"), (SK, 7, "s")]
 
 
 def test_an_offset_moved_by_another_process_rolls_the_batch_back(tmp_path):
@@ -163,10 +178,113 @@ def test_a_database_of_another_topic_or_no_database_is_refused(tmp_path):
         SinkDB(tmp_path / "missing-dir" / "x.db", TOPIC)
     newer = tmp_path / "newer.db"
     c = sqlite3.connect(newer)
+    c.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     c.execute("PRAGMA user_version = 7")
     c.close()
-    with pytest.raises(SinkError, match="version 7"):
+    with pytest.raises(SinkError, match="sink database version 7, this sink writes version 2"):
         SinkDB(newer, TOPIC)
+
+
+# format 1, as the sink before 1.2 made it (user_version 1, no application_id)
+FORMAT_1 = """
+CREATE TABLE entries (
+    session_key TEXT NOT NULL, epoch INTEGER NOT NULL, seq INTEGER NOT NULL,
+    entry_id TEXT NOT NULL, send_id TEXT NOT NULL, entry_json TEXT NOT NULL,
+    UNIQUE (session_key, seq), UNIQUE (session_key, send_id));
+CREATE TABLE offsets (topic TEXT NOT NULL, partition INTEGER NOT NULL,
+    next_offset INTEGER NOT NULL, PRIMARY KEY (topic, partition));
+CREATE TABLE skipped (topic TEXT NOT NULL, partition INTEGER NOT NULL, "offset" INTEGER NOT NULL,
+    reason TEXT NOT NULL, PRIMARY KEY (topic, partition, "offset"));
+PRAGMA user_version = 1;
+"""
+
+
+def marks(path) -> tuple[int, int]:
+    c = sqlite3.connect(path)
+    try:
+        return (c.execute("PRAGMA application_id").fetchone()[0],
+                c.execute("PRAGMA user_version").fetchone()[0])
+    finally:
+        c.close()
+
+
+def test_a_new_database_is_marked_as_the_sinks(tmp_path):
+    db(tmp_path).close()
+    assert marks(tmp_path / "sink.db") == (APPLICATION_ID, SCHEMA_VERSION)
+    db(tmp_path).close()  # its own database opens again
+
+
+def test_a_format_1_database_is_migrated_in_place_its_rows_kept(tmp_path):
+    """The old UNIQUE(session_key, send_id) goes, rows and offsets stay, the gateway's own
+    trigger on `entries` is made again, and the partition whose entry format 1 skipped for its
+    send_id is read again from that record."""
+    path = tmp_path / "sink.db"
+    c = sqlite3.connect(path)
+    c.executescript(FORMAT_1 + """
+        CREATE TABLE audit (n INTEGER);
+        CREATE TRIGGER count_rows AFTER INSERT ON entries BEGIN INSERT INTO audit VALUES (1); END;
+    """)
+    c.executemany("INSERT INTO entries VALUES (?, 0, ?, ?, ?, ?)",
+                  [(SK, q, f"id-{q}", f"send-{q}", value(entry(q))) for q in (1, 2)])
+    c.executemany("INSERT INTO offsets VALUES (?, ?, ?)", [(TOPIC, 0, 40), (TOPIC, 3, 9)])
+    c.executemany("INSERT INTO skipped VALUES (?, ?, ?, ?)", [
+        (TOPIC, 0, 31, "send_id: the session already holds it at seq 2"),
+        (TOPIC, 0, 35, "send_id: the session already holds it at seq 1"),
+        (TOPIC, 3, 4, "invalid entry: seq: missing")])
+    c.execute("DELETE FROM audit")
+    c.commit()
+    c.close()
+
+    d = SinkDB(path, TOPIC)
+    assert marks(path) == (APPLICATION_ID, SCHEMA_VERSION)
+    assert rows(d) == [(SK, 1, "send-1"), (SK, 2, "send-2")]
+    assert d.offsets() == {0: 31, 3: 9}  # partition 0 again from its first send_id skip
+    assert d.db.execute('SELECT partition, "offset" FROM skipped').fetchall() == [(3, 4)]
+    d.apply({0: [Rec(31, key(3), value(entry(3, send_id="send-2")))]}, {0: 31})
+    assert rows(d)[-1] == (SK, 3, "send-2")  # the new constraint: (session_key, seq) only
+    assert d.db.execute("SELECT count(*) FROM audit").fetchone()[0] == 1  # the trigger is kept
+    d.close()
+    db(tmp_path).close()  # and opens as a format 2 database from now on
+
+
+def another_apps(path, ddl: str, user_version: int = 0) -> bytes:
+    c = sqlite3.connect(path)
+    c.executescript(ddl)
+    c.execute(f"PRAGMA user_version = {user_version}")
+    c.commit()
+    c.close()
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("ddl, user_version", [
+    # another application's table of the same name, with rows
+    ("CREATE TABLE entries (session_key TEXT, seq INTEGER, body TEXT);"
+     "INSERT INTO entries VALUES ('agent:ops:main', 1, 'precious');", 0),
+    # the sink's tables, but not made by the sink (no mark, no format 1 version)
+    (FORMAT_1.replace("PRAGMA user_version = 1;", "") +
+     "INSERT INTO offsets VALUES ('p.transcript.entries', 0, 5);", 0),
+    # format 1's version on tables format 1 never had
+    ("CREATE TABLE entries (id INTEGER); INSERT INTO entries VALUES (1);", 1),
+    ("CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('keep me');", 0),
+])
+def test_a_database_the_sink_did_not_make_is_refused_and_left_unchanged(tmp_path, ddl,
+                                                                        user_version):
+    path = tmp_path / "other.db"
+    before = another_apps(path, ddl, user_version)
+    with pytest.raises(SinkError, match="is not a sink database"):
+        SinkDB(path, TOPIC)
+    assert path.read_bytes() == before
+    assert not (tmp_path / "other.db-wal").exists()
+
+
+def test_show_refuses_a_database_the_sink_did_not_make(tmp_path, capsys):
+    from workers.cli import main
+
+    path = tmp_path / "other.db"
+    another_apps(path, "CREATE TABLE entries (session_key TEXT, seq INTEGER, entry_json TEXT);"
+                       "INSERT INTO entries VALUES ('agent:ops:main', 1, '{}');")
+    assert main(["show", "agent:ops:main", "--db", str(path)]) == 2
+    assert "is not a sink database" in capsys.readouterr().err
 
 
 def test_show_reads_a_session_from_the_database(tmp_path, capsys):

@@ -114,15 +114,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def live_entries(ks, key: str, partition: int) -> int:  # noqa: ANN001
-    """How many entries of session `key` are live (compaction's view) in its partition."""
+    """How many entries of session `key` are live (compaction's view) in its partition: its
+    exact entry keys, never a key prefix (session `K#1` is not part of `K`)."""
     from workers.kafka_io import read
-    from workers.stream.outputs import ENTRIES
+    from workers.stream.outputs import ENTRIES, parse_entry_key
 
-    prefix = f"{key}#".encode()
-    entries: dict[bytes, bool] = {}
+    entries: dict[int, bool] = {}  # seq -> live
     for r in read(ks, ks.topic(ENTRIES), partitions=[partition]):
-        if r.key and r.key.startswith(prefix):
-            entries[r.key] = r.value is not None
+        parsed = parse_entry_key(r.key)
+        if parsed is not None and parsed[0] == key:
+            entries[parsed[1]] = r.value is not None
     return sum(entries.values())
 
 

@@ -6,9 +6,19 @@ never an aborted batch of the worker) and keeps table `entries` equal to the top
 value per key:
 
     entries(session_key, epoch, seq, entry_id, send_id, entry_json)
-        UNIQUE(session_key, seq), UNIQUE(session_key, send_id)
+        UNIQUE(session_key, seq), INDEX(session_key, send_id)
     offsets(topic, partition, next_offset)       the next offset to consume, per partition
     skipped(topic, partition, offset, reason)    records that were not materialised, and why
+
+A row is an entry's identity, (session_key, seq): the table holds exactly the live entries, also
+two with one send_id (a send repeated after the worker's dedupe window is a new send, DESIGN 1.2).
+
+The sink writes only to a database it made: one marked `PRAGMA application_id` APPLICATION_ID
+and `user_version` SCHEMA_VERSION, or an empty one (which it marks). Format 1, an earlier sink's
+(no application_id, user_version 1, recognised by its three tables), held UNIQUE(session_key,
+send_id), which dropped such an entry; it is migrated in place in one transaction (see
+`_migrate_from_1`). Any other database (another application's `entries`, a layout the sink did
+not make, a newer format) is refused before anything is written, `--from-beginning` included.
 
 Exactly once, through kill -9: each poll batch is one SQLite transaction holding the batch's
 rows *and* each partition's next offset. At start every partition is sought to the offset
@@ -19,10 +29,9 @@ twice (it cannot be) would leave the same rows.
 
 A tombstone (value None) deletes the row of its key (`<session_key>#<seq>`). A record that is
 not a valid `transcript-entry/1` (not JSON, a missing or wrong field, a key that does not name
-the entry's session and seq), or an entry whose send_id the session already holds under another
-seq, is skipped: one row in `skipped` (the reason names the field and the problem, never
-message text), counted in the periodic report and logged at WARNING without content; the sink
-goes on.
+the entry's session and seq) is skipped: one row in `skipped` (the reason names the field and
+the problem, never message text), counted in the periodic report and logged at WARNING without
+content; the sink goes on.
 
 Partitions: by default an instance assigns itself every partition of the topic (no consumer
 group: the offsets live in the database), so each database is a complete copy and gateways
@@ -42,7 +51,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import re
 import signal
 import sqlite3
 import sys
@@ -56,10 +64,12 @@ from typing import Any, NamedTuple
 from pydantic import ValidationError
 
 from schemas import TranscriptEntry
+from workers.stream.outputs import parse_entry_key
 
 log = logging.getLogger("transcript_owner.sink")
 
-SCHEMA_VERSION = 1  # PRAGMA user_version of a sink database
+APPLICATION_ID = 0x54524E53  # PRAGMA application_id of a sink database ("TRNS")
+SCHEMA_VERSION = 2  # its PRAGMA user_version; 1: an earlier sink's, without application_id
 POLL_TIMEOUT_MS = 500
 MAX_BATCH = 5000  # records per poll, so per SQLite transaction
 REPORT_EVERY_S = 10.0
@@ -67,31 +77,40 @@ PARTITIONS_CHECK_EVERY_S = 60.0  # manual assignment: partitions added to the to
 BUSY_TIMEOUT_MS = 30_000  # another process holding the write lock (a group sharing the file)
 MAX_REASON = 300
 
-DDL = """
-CREATE TABLE IF NOT EXISTS entries (
+ENTRIES_DDL = """CREATE TABLE entries (
     session_key TEXT NOT NULL,
     epoch       INTEGER NOT NULL,
     seq         INTEGER NOT NULL,
     entry_id    TEXT NOT NULL,
     send_id     TEXT NOT NULL,
     entry_json  TEXT NOT NULL,
-    UNIQUE (session_key, seq),
-    UNIQUE (session_key, send_id)
-);
-CREATE TABLE IF NOT EXISTS offsets (
+    UNIQUE (session_key, seq)
+)"""
+SEND_ID_INDEX = "CREATE INDEX entries_send_id ON entries (session_key, send_id)"  # lookups
+DDL = (
+    ENTRIES_DDL,
+    SEND_ID_INDEX,
+    """CREATE TABLE offsets (
     topic       TEXT NOT NULL,
     partition   INTEGER NOT NULL,
     next_offset INTEGER NOT NULL,
     PRIMARY KEY (topic, partition)
-);
-CREATE TABLE IF NOT EXISTS skipped (
+)""",
+    """CREATE TABLE skipped (
     topic       TEXT NOT NULL,
     partition   INTEGER NOT NULL,
     "offset"    INTEGER NOT NULL,
     reason      TEXT NOT NULL,
     PRIMARY KEY (topic, partition, "offset")
-);
-"""
+)""",
+)
+# the columns of the sink's tables, the same in formats 1 and 2
+TABLES = {
+    "entries": ("session_key", "epoch", "seq", "entry_id", "send_id", "entry_json"),
+    "offsets": ("topic", "partition", "next_offset"),
+    "skipped": ("topic", "partition", "offset", "reason"),
+}
+SEND_ID_SKIP = "send_id: the session already holds it"  # format 1's reason for such a skip
 
 UPSERT = (
     "INSERT INTO entries (session_key, epoch, seq, entry_id, send_id, entry_json) "
@@ -101,9 +120,6 @@ UPSERT = (
 )
 DELETE = "DELETE FROM entries WHERE session_key = ? AND seq = ?"
 SKIP = 'INSERT OR REPLACE INTO skipped (topic, partition, "offset", reason) VALUES (?, ?, ?, ?)'
-
-_KEY = re.compile(r"^(?P<session>.+)#(?P<seq>[0-9]{10,})$", re.DOTALL)
-
 
 class SinkError(Exception):
     """A reason the sink cannot run (exit 2, one line)."""
@@ -135,13 +151,10 @@ def parse_key(key: bytes | None) -> tuple[str, int] | Skip:
     if key is None:
         return Skip("key: missing")
     try:
-        text = key.decode("utf-8")
+        key.decode("utf-8")
     except UnicodeDecodeError:
         return Skip("key: not UTF-8")
-    m = _KEY.match(text)
-    if m is None:
-        return Skip("key: not <session_key>#<seq, 10 digits>")
-    return m["session"], int(m["seq"])
+    return parse_entry_key(key) or Skip("key: not <session_key>#<seq, 10 digits>")
 
 
 def classify(key: bytes | None, value: bytes | None) -> Upsert | Delete | Skip:
@@ -180,6 +193,34 @@ def _validation_reason(exc: ValidationError) -> str:
 # --- the database ----------------------------------------------------------------------------
 
 
+def sink_format(db: sqlite3.Connection) -> int | None:
+    """Which sink format a database holds, read without writing: 0 empty, 1 an earlier sink's,
+    SCHEMA_VERSION (or a newer one) the sink's own; None when the sink did not make it.
+    Raises sqlite3.DatabaseError (not a database at all)."""
+    app = db.execute("PRAGMA application_id").fetchone()[0]
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    tables = all(tuple(row[1] for row in db.execute(f"PRAGMA table_info({name})")) == columns
+                 for name, columns in TABLES.items())
+    if app == 0 and version == 0:
+        return 0 if db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0 else None
+    if app == 0 and version == 1:
+        return 1 if tables else None
+    if app == APPLICATION_ID:
+        return version if version > SCHEMA_VERSION or (version == SCHEMA_VERSION and tables) \
+            else None
+    return None
+
+
+def _describe(db: sqlite3.Connection) -> str:
+    """What a refused database holds (its marks and tables: no content)."""
+    app = db.execute("PRAGMA application_id").fetchone()[0]
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    names = [n for (n,) in db.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name LIMIT 6")]
+    return (f"application_id {app}, user_version {version}, tables "
+            f"{', '.join(names[:5]) + (', …' if len(names) > 5 else '') or 'none'}")
+
+
 class OffsetConflict(Exception):
     """Another process moved a partition's stored offset: this batch must not be applied."""
 
@@ -204,24 +245,78 @@ class SinkDB:
         try:
             self.db = sqlite3.connect(self.path, isolation_level=None,
                                       timeout=BUSY_TIMEOUT_MS / 1000)
-            self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            version = self.db.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA_VERSION):
-                raise SinkError(f"{self.path}: sink database version {version}, this sink "
-                                f"writes version {SCHEMA_VERSION}")
-            mode = self.db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if mode.lower() != "wal":
-                raise SinkError(f"{self.path}: cannot use WAL mode (journal_mode {mode})")
-            self.db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
-            self.db.executescript(
-                f"BEGIN IMMEDIATE; {DDL} PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
         except sqlite3.DatabaseError as exc:
             raise SinkError(f"{self.path}: {exc}") from None
+        try:
+            self._open(synchronous)
+        except sqlite3.DatabaseError as exc:
+            self.db.close()
+            raise SinkError(f"{self.path}: {exc}") from None
+        except SinkError:
+            self.db.close()
+            raise
+
+    def _open(self, synchronous: str) -> None:
+        """Recognise the database, then make, migrate or keep it; SinkError when it is not the
+        sink's, and then nothing was written to it."""
+        self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        self._check(sink_format(self.db))  # before anything is written, WAL mode included
+        mode = self.db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if mode.lower() != "wal":
+            raise SinkError(f"{self.path}: cannot use WAL mode (journal_mode {mode})")
+        self.db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+        with self._transaction():  # again under the write lock: another sink may be here
+            found = self._check(sink_format(self.db))
+            if found == 0:
+                for statement in DDL:
+                    self.db.execute(statement)
+            elif found == 1:
+                self._migrate_from_1()
+            self.db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         others = [t for (t,) in self.db.execute("SELECT DISTINCT topic FROM offsets")
-                  if t != topic]
+                  if t != self.topic]
         if others:
-            raise SinkError(f"{self.path} holds entries of topic {others[0]}, not {topic} "
-                            "(another TRANSCRIPT_TOPIC_PREFIX?)")
+            raise SinkError(f"{self.path} holds entries of topic {others[0]}, not "
+                            f"{self.topic} (another TRANSCRIPT_TOPIC_PREFIX?)")
+
+    def _check(self, found: int | None) -> int:
+        """The format, when the sink may write to it; else SinkError."""
+        if found is None:
+            raise SinkError(f"{self.path} is not a sink database ({_describe(self.db)}): the "
+                            "sink writes only to a database it made; give another PATH")
+        if found > SCHEMA_VERSION:
+            raise SinkError(f"{self.path}: sink database version {found}, this sink writes "
+                            f"version {SCHEMA_VERSION}")
+        return found
+
+    def _migrate_from_1(self) -> None:
+        """Format 1 -> 2 in place, inside the caller's transaction: `entries` is rebuilt
+        without UNIQUE(session_key, send_id) (SQLite cannot drop a constraint: a new table,
+        every row copied, the old one dropped, the new one renamed; the database's own indexes
+        and triggers on it made again), its rows and offsets kept. The entries format 1 skipped
+        for their send_id are read again: each partition's offset goes back to the first such
+        skip (records re-applied are upserts and deletes by key, so re-reading a suffix of the
+        log leaves its latest values) and those skips are forgotten."""
+        own = [sql for (sql,) in self.db.execute(
+            "SELECT sql FROM sqlite_master WHERE tbl_name = 'entries' "
+            "AND type IN ('index', 'trigger') AND sql IS NOT NULL")]
+        columns = ", ".join(TABLES["entries"])
+        self.db.execute(ENTRIES_DDL.replace("CREATE TABLE entries", "CREATE TABLE entries_v2"))
+        self.db.execute(f"INSERT INTO entries_v2 ({columns}) SELECT {columns} FROM entries")
+        self.db.execute("DROP TABLE entries")
+        self.db.execute("ALTER TABLE entries_v2 RENAME TO entries")
+        self.db.execute(SEND_ID_INDEX)
+        for sql in own:
+            self.db.execute(sql)
+        first_skip = ('SELECT min(s."offset") FROM skipped s WHERE s.topic = offsets.topic '
+                      "AND s.partition = offsets.partition AND instr(s.reason, ?) = 1")
+        rewound = self.db.execute(
+            f"UPDATE offsets SET next_offset = min(next_offset, ({first_skip})) "
+            f"WHERE ({first_skip}) IS NOT NULL", (SEND_ID_SKIP, SEND_ID_SKIP)).rowcount
+        self.db.execute("DELETE FROM skipped WHERE instr(reason, ?) = 1", (SEND_ID_SKIP,))
+        log.info("%s: migrated from sink format 1 (rows kept); %d partitions read again from "
+                 "their first entry skipped for its send_id", self.path, rewound)
 
     def close(self) -> None:
         self.db.close()
@@ -281,16 +376,9 @@ class SinkDB:
     def _apply_one(self, partition: int, r: Any, done: Applied) -> None:
         change = classify(r.key, r.value)
         if isinstance(change, Upsert):
-            try:
-                self.db.execute(UPSERT, change)
-                done.upserted += 1
-                return
-            except sqlite3.IntegrityError:  # the send_id is stored under another seq
-                held = self.db.execute(
-                    "SELECT seq FROM entries WHERE session_key = ? AND send_id = ?",
-                    (change.session_key, change.send_id)).fetchone()
-                where = f"seq {held[0]}" if held else "another row"
-                change = Skip(f"send_id: the session already holds it at {where}")
+            self.db.execute(UPSERT, change)
+            done.upserted += 1
+            return
         if isinstance(change, Delete):
             self.db.execute(DELETE, change)
             done.deleted += 1
@@ -362,7 +450,9 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     try:
-        db = SinkDB(args.path, topic, synchronous=args.synchronous)
+        if args.until_end and args.group:
+            raise SinkError("--until-end reads every partition: it does not go with --group")
+        db = SinkDB(args.path, topic, synchronous=args.synchronous)  # refuses another's db
     except SinkError as exc:
         print(f"sink: {exc}", file=sys.stderr)
         return 2
@@ -370,8 +460,6 @@ def run(args: argparse.Namespace) -> int:
         if args.from_beginning:
             db.reset()
             log.info("--from-beginning: every row and stored offset of %s deleted", args.path)
-        if args.until_end and args.group:
-            raise SinkError("--until-end reads every partition: it does not go with --group")
         return Sink(ks, db, topic, group=args.group, stop=stop, until_end=args.until_end).run()
     except SinkError as exc:
         print(f"sink: {exc}", file=sys.stderr)

@@ -5,6 +5,7 @@ One place for the wire form of outputs, so the worker writes and `audit` expects
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 from schemas import MAX_RECORD_BYTES, Diagnostic, SessionErasure
@@ -52,6 +53,22 @@ class OutRecord(NamedTuple):  # a NamedTuple, as Source: one or more are built p
 
 def entry_key(session_key: str, seq: int) -> bytes:
     return f"{session_key}#{seq:010d}".encode()
+
+
+_ENTRY_KEY = re.compile(rb"(.+)#([0-9]{10})", re.DOTALL)
+
+
+def parse_entry_key(key: bytes | None) -> tuple[str, int] | None:
+    """(session_key, seq) of an entry key `<session_key>#<seq, 10 digits>`, or None. A session
+    key may hold `#`, so a reader selects a session by this, never by a key prefix: the keys
+    of session `K#1` start with `K#` too (DESIGN 1.2)."""
+    m = _ENTRY_KEY.fullmatch(key) if key is not None else None
+    if m is None:
+        return None
+    try:
+        return m[1].decode("utf-8"), int(m[2])
+    except UnicodeDecodeError:
+        return None
 
 
 def encode(outcome: Outcome, source: Source, partitions: int) -> list[OutRecord]:

@@ -5,11 +5,18 @@
 //
 // Configured like the worker (KAFKA_BOOTSTRAP, TRANSCRIPT_TOPIC_PREFIX, TRANSCRIPT_PARTITIONS, and
 // the KAFKA_SECURITY_PROTOCOL / SASL / SSL variables). A session's entries are all in one partition
-// of transcript.entries, partitionFor(key, N), keyed `<session_key>#<seq>`: the reader reads that
-// partition only, from its start to the end offset it had when the reader started. kafkajs has no
-// manual assignment, so it joins a throw-away consumer group whose assignor hands it that one
-// partition, commits nothing, and deletes the group when done.
+// of transcript.entries, partitionFor(key, N), keyed `<session_key>#<seq, 10 digits>`: the reader
+// reads that partition only, from its start to the end offset it had when the reader started.
+// kafkajs has no manual assignment, so it joins a throw-away consumer group whose assignor hands it
+// that one partition, commits nothing, and deletes the group when done.
+//
+// A session key may hold `#`, so the session's entries are its exact keys (parseEntryKey), never a
+// key prefix: session `K#1`'s keys start with `K#` too. It prints compaction's view (the latest
+// value per key; a tombstone erases one; a value that is no entry of its key is left out), each
+// line with the characters a terminal would act on (C0 and C1 controls, bidi overrides) written as
+// \u escapes: the same JSON value, nothing in it that can drive the terminal.
 import { randomUUID } from "node:crypto";
+import { pathToFileURL } from "node:url";
 
 import { AssignerProtocol, Kafka, logLevel, type PartitionAssigner } from "kafkajs";
 
@@ -31,6 +38,44 @@ const onePartition = (topic: string, partition: number): PartitionAssigner => ()
   },
 });
 
+/** `<session_key>#<seq, 10 digits>` -> its session and seq, or null (DESIGN 1.2). */
+export function parseEntryKey(key: string): { sessionKey: string; seq: number } | null {
+  const m = /^([\s\S]+)#([0-9]{10})$/.exec(key);
+  return m ? { sessionKey: m[1]!, seq: Number(m[2]) } : null;
+}
+
+/** The live entries of `session` among `records` (in offset order), in seq order: the latest
+ * value of each of its exact keys, when that is an entry of that session and seq. */
+export function liveEntries(session: string, records: Iterable<{ key: string; value: string | null }>): unknown[] {
+  const latest = new Map<number, string | null>();
+  for (const { key, value } of records) {
+    const parsed = parseEntryKey(key);
+    if (parsed?.sessionKey === session) latest.set(parsed.seq, value);
+  }
+  const entries: unknown[] = [];
+  for (const [seq, value] of [...latest].sort(([a], [b]) => a - b)) {
+    let e: unknown;
+    try {
+      e = value === null ? null : JSON.parse(value);
+    } catch {
+      continue; // not JSON: the sink skips it too
+    }
+    const fields = e as { session_key?: unknown; seq?: unknown } | null;
+    if (typeof e === "object" && fields?.session_key === session && fields.seq === seq) entries.push(e);
+  }
+  return entries;
+}
+
+const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
+
+/** `text` with every character a terminal acts on written as its \u escape. */
+export function visible(text: string): string {
+  return text.replace(UNSAFE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
+
+/** One entry as a JSON line that a terminal prints as text: the same JSON value. */
+export const jsonLine = (entry: unknown): string => visible(JSON.stringify(entry));
+
 async function main(raw: string, timeoutMs = 30_000): Promise<number> {
   const options = publisherOptionsFromEnv();
   const session = canonicalSessionKey(raw, "");
@@ -43,7 +88,7 @@ async function main(raw: string, timeoutMs = 30_000): Promise<number> {
   const offsets = await admin.fetchTopicOffsets(topic);
   const end = BigInt(offsets.find((o) => o.partition === partition)?.high ?? "0");
   const start = BigInt(offsets.find((o) => o.partition === partition)?.low ?? "0");
-  const entries: unknown[] = [];
+  const records: { key: string; value: string | null }[] = [];
   if (end > start) {
     const groupId = `read-session-${randomUUID()}`;
     const consumer = kafka.consumer({ groupId, readUncommitted: false, partitionAssigners: [onePartition(topic, partition)] });
@@ -63,8 +108,8 @@ async function main(raw: string, timeoutMs = 30_000): Promise<number> {
       autoCommit: false,
       eachMessage: async ({ message }) => {
         const key = message.key?.toString() ?? "";
-        if (BigInt(message.offset) < end && key.startsWith(`${session}#`) && message.value) {
-          entries.push(JSON.parse(message.value.toString()));
+        if (BigInt(message.offset) < end && parseEntryKey(key)?.sessionKey === session) {
+          records.push({ key, value: message.value?.toString() ?? null });
         }
       },
     });
@@ -76,19 +121,21 @@ async function main(raw: string, timeoutMs = 30_000): Promise<number> {
     }
   }
   await admin.disconnect();
-  for (const e of entries) process.stdout.write(`${JSON.stringify(e)}\n`);
+  for (const e of liveEntries(session, records)) process.stdout.write(`${jsonLine(e)}\n`);
   return 0;
 }
 
-const [key] = process.argv.slice(2);
-if (key === undefined) {
-  process.stderr.write("usage: read-session SESSION_KEY\n");
-  process.exit(2);
+if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  const [key] = process.argv.slice(2);
+  if (key === undefined) {
+    process.stderr.write("usage: read-session SESSION_KEY\n");
+    process.exit(2);
+  }
+  main(key).then(
+    (code) => process.exit(code),
+    (e: unknown) => {
+      process.stderr.write(`error: ${visible((e as Error).message)}\n`);
+      process.exit(1);
+    },
+  );
 }
-main(key).then(
-  (code) => process.exit(code),
-  (e: unknown) => {
-    process.stderr.write(`error: ${(e as Error).message}\n`);
-    process.exit(1);
-  },
-);
