@@ -54,7 +54,7 @@ if [ "$WIPE" = 1 ]; then
   rm -f -- "$PROPS" "$PROPS.tmp" "$OUT_FILE" "$LOG_FILE" "$LOG_FILE".[0-9]* \
            "$NODE_DIR/cluster.id" "$NODE_DIR/format.log" "$NODE_DIR/format.args" \
            "$NODE_DIR"/hs_err_pid*.log "$PORT_FILE" "$DATA_DIR/mvn.log" \
-           "$DATA_DIR"/{admin,worker,connector,reader}.env "$DATA_DIR"/*.env.tmp
+           "$DATA_DIR"/{admin,worker,connector,operator,reader}.env "$DATA_DIR"/*.env.tmp
   rm -f -- "$LOCK_FILE"
   rmdir -- "$DATA_DIR" 2>/dev/null || true
   echo "$ME: wiped $DATA_DIR"

@@ -6,7 +6,7 @@
 #   - mutual-TLS inter-broker (9194) and controller (9193) listeners, on 127.0.0.1 only;
 #   - the StandardAuthorizer, super users admin (and the broker itself),
 #     allow.everyone.if.no.acl.found=false: a principal may do only what an ACL allows;
-#   - SCRAM users admin, worker, connector and reader, created when the log dir is formatted
+#   - SCRAM users admin, worker, connector, operator (forget: transcript.control) and reader, created when the log dir is formatted
 #     (kafka-storage format --add-scram), with random passwords made at the first start.
 # Writes one env file per principal, $KAFKA_SECURE_DATA_DIR/<user>.env (mode 0600): KAFKA_BOOTSTRAP,
 # KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD,
@@ -36,7 +36,7 @@ PYTHON="${PYTHON:-python3}"
 TLS_DIR="$DATA_DIR/tls"
 CA_FILE="$TLS_DIR/ca.pem"
 BOOTSTRAP="127.0.0.1:$PORT"
-USERS=(admin worker connector reader)
+USERS=(admin worker connector operator reader)
 BROKER_CN="transcript-owner-broker"
 
 # the env files and server.properties hold paths unquoted

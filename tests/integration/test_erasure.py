@@ -13,11 +13,13 @@ import pytest
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
 from tests.conftest import cli
-from tests.integration.harness import Collector, group_of, wait_drained
+from tests.integration.harness import Collector, group_lag, group_of, wait_drained
 from tests.unit.wire import confirmation, dumps
+from workers.core.state import CUTOVER_KEY
 from workers.kafka_io import publish, read
 from workers.settings import kafka_settings
-from workers.stream.outputs import CONFIRMATIONS, ENTRIES, ERASURES, entry_key
+from workers.stream.local_state import SESSIONS, changelog_topic
+from workers.stream.outputs import CONFIRMATIONS, CONTROL, DLQ, ENTRIES, ERASURES, entry_key
 from workers.stream.partitioning import partition_for
 
 pytestmark = pytest.mark.kafka
@@ -71,6 +73,13 @@ def test_forget_tombstones_a_session_and_compaction_removes_it(env, topics, work
     assert b"seq 1..3 tombstoned" in done.stdout and b"epoch 1" in done.stdout
     for out in (invalid, unknown, done):
         assert REASON.encode() not in out.stdout + out.stderr
+    # a new deployment: the cut-over of each partition read is where it began, offset 0
+    changelog = changelog_topic(ks.topic_prefix, "transcript-owner", SESSIONS)
+    assert [r.value for r in read(ks, changelog, partitions=[partition_for(VICTIM, 8)])
+            if r.key == CUTOVER_KEY] == [b"0"]
+    # the control record's offset was committed with its forwarding (in the same transaction)
+    assert b"transcript.control partition" in done.stdout
+    assert group_lag(bootstrap, group, ks.topic(CONTROL)) == 0
 
     # a read_committed reader sees a tombstone for every entry of the session
     victim_keys = {entry_key(VICTIM, seq) for seq in (1, 2, 3)}
@@ -90,6 +99,22 @@ def test_forget_tombstones_a_session_and_compaction_removes_it(env, topics, work
     report = json.loads(audit.stdout)
     assert audit.returncode == 0, audit.stdout.decode()
     assert report["outcomes"]["erased"] == 1 and report["expected_entries"] == 2
+    # forget went through transcript.control: forwarded into the input, decided there
+    assert report["outcomes"]["forwarded"] == 1
+    assert len(list(read(ks, ks.topic(CONTROL)))) == 1
+
+    # a connector's erase on the input (1.2): a dead letter, the session untouched, and the
+    # audit, which replays transcript.control and the cut-over, agrees
+    forged = json.dumps({"schema": "session-erase/1", "session_key": KEPT,
+                         "erased_at": datetime.now(UTC).isoformat(), "reason": "forged"})
+    publish(ks, source, [(KEPT.encode(), forged.encode())], 8)
+    [dead] = Collector(ks, ks.topic(DLQ)).wait_for(lambda r: len(r) >= 1, 60, w)
+    assert dict(dead.headers)["error"] == b"session-erase/1 is accepted only on transcript.control"
+    wait_drained(bootstrap, group, source, 120, [w])
+    audit = cli("audit", "--json", env=env)
+    report = json.loads(audit.stdout)
+    assert audit.returncode == 0, audit.stdout.decode()
+    assert (report["outcomes"]["erased"], report["outcomes"]["dead_letter"]) == (1, 1)
 
     # the log cleaner: rolls of the partition's active segment (entries of another session
     # there) until no record of an erased entry is left, not even its tombstone

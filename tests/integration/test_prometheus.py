@@ -41,7 +41,8 @@ RECORDS = 30_000
 REASONS = {"oversize", "not_json", "unknown_schema", "invalid_field", "invalid_session_key",
            "unreadable_state", "handling_failed"}
 OUTCOMES = {"written", "duplicate", "conflict", "skipped_same_turn", "other_agent",
-            "native_only", "reset", "dead_letter", "erased", "erased_send", "rekeyed"}
+            "native_only", "reset", "dead_letter", "erased", "erased_send", "rekeyed",
+            "forwarded"}
 
 
 def free_port() -> int:

@@ -45,13 +45,13 @@ from tests.integration.harness import (
 from workers.kafka_io import producer, publish, read
 from workers.scenario import steps
 from workers.settings import kafka_settings
-from workers.stream.outputs import CONFIRMATIONS, ENTRIES
+from workers.stream.outputs import CONFIRMATIONS, CONTROL, DLQ, ENTRIES, ERASURES
 from workers.topics import load_acls, load_topics
 
 pytestmark = pytest.mark.kafka
 
 SECURE_DIR = Path(os.environ.get("KAFKA_SECURE_DATA_DIR", ROOT / "var/kafka/secure"))
-USERS = ("admin", "worker", "connector", "reader")
+USERS = ("admin", "worker", "connector", "operator", "reader")
 ENV_KEYS = {"KAFKA_BOOTSTRAP", "KAFKA_SECURITY_PROTOCOL", "KAFKA_SASL_MECHANISM",
             "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD", "KAFKA_SSL_CAFILE"}
 N_BINDINGS = len(load_acls(ROOT / "topics.yaml").bindings)
@@ -335,6 +335,71 @@ def test_a_connector_cannot_read_the_entries_and_a_reader_cannot_write_them(as_u
         assert check.end_offsets([part0]) == {part0: 1}  # nothing was written
     finally:
         check.close()
+
+
+def test_only_the_operator_erases(as_user, secure, applied, prefix, tmp_path):
+    """Erasure is the operator's (DESIGN 1.2): the connector may not write transcript.control,
+    `forget` with its credentials exits 2, and an erase it publishes to the input is a dead
+    letter; `forget` as the operator erases through the worker, and the audit is clean."""
+    from workers.stream.partitioning import partition_for
+
+    connector, operator = kafka_settings(as_user("connector")), kafka_settings(as_user("operator"))
+    victim = "agent:ops:telegram:direct:sec-erase"
+    t0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+    history = [(victim.encode(), json.dumps({
+        "schema": "delivery-confirmation/1", "send_id": f"e{i}",
+        "confirmed_at": t0.replace(minute=i).isoformat(), "agent_id": "ops",
+        "session_key": victim, "route": {"channel": "telegram", "peer_kind": "direct",
+                                         "peer_id": "sec-erase"},
+        "origin": {"kind": "message_tool"}, "payload": {"text": f"text {i}"},
+        "receipt": {"platform_message_ids": [str(i)]}}).encode()) for i in range(1, 3)]
+    forged = json.dumps({"schema": "session-erase/1", "session_key": victim,
+                         "erased_at": t0.isoformat(), "reason": "forged"}).encode()
+    publish(connector, connector.topic(CONFIRMATIONS), [*history, (victim.encode(), forged)], 8)
+
+    # the connector: refused on transcript.control, by the broker and through forget
+    control = connector.topic(CONTROL)
+    writer = KafkaProducer(**connector.kafka_python_kwargs(), max_block_ms=10000)
+    try:
+        with pytest.raises(TopicAuthorizationFailedError):
+            writer.send(control, key=victim.encode(), value=forged,
+                        partition=partition_for(victim, 8)).get(timeout=20)
+    finally:
+        writer.close()
+
+    w = WorkerProcess(as_user("worker"), tmp_path / "state", tmp_path / "worker.log").start()
+    admin_env = as_user("admin")
+    try:
+        entries = Collector(operator, operator.topic(ENTRIES))
+        entries.wait_for(lambda r: len([x for x in r if x.value is not None]) >= 2, 120, w)
+        entries.close()
+        dlq = Collector(kafka_settings(admin_env), prefix + DLQ)
+        [dead] = dlq.wait_for(lambda r: len(r) >= 1, 60, w)
+        dlq.close()
+        assert b"accepted only on transcript.control" in dict(dead.headers)["error"]
+
+        refused = cli("forget", victim, "--reason", "by the connector", "--force",
+                      env=as_user("connector"))
+        assert refused.returncode == 2, refused.stdout.decode() + refused.stderr.decode()
+        assert b"Authorization" in refused.stderr
+        assert b"Traceback" not in refused.stderr
+
+        done = cli("forget", victim, "--reason", "ticket-1", "--wait", "90",
+                   env=as_user("operator"))
+        assert done.returncode == 0, done.stdout.decode() + done.stderr.decode() + w.tail()
+        assert b"seq 1..2 tombstoned" in done.stdout
+        audit = cli("audit", "--strict", "--json", env=admin_env)
+        assert audit.returncode == 0, audit.stdout.decode()
+        report = json.loads(audit.stdout)
+        assert report["outcomes"]["erased"] == 1 and report["outcomes"]["forwarded"] == 1
+        assert report["outcomes"]["dead_letter"] == 1
+        assert w.stop() == 0, w.tail()
+    finally:
+        if w.alive():
+            w.kill()
+    erasures = [json.loads(r.value) for r in read(operator, operator.topic(ERASURES))]
+    assert [(e["session_key"], e["reason"], e["through_seq"]) for e in erasures] == [
+        (victim, "ticket-1", 2)]
 
 
 @pytest.mark.parametrize("command", [["topics", "check"], ["worker"]])

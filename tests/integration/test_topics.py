@@ -17,7 +17,7 @@ pytestmark = pytest.mark.kafka
 
 NAMES = ["delivery.confirmations", "transcript.entries", "transcript.diagnostics",
          "delivery.confirmations.dlq", "transcript.erasures", "transcript-owner-sessions-changelog",
-         "transcript.checkpoints", "transcript-owner-__assignor-__leader"]
+         "transcript.checkpoints", "transcript.control", "transcript-owner-__assignor-__leader"]
 CHANGELOG = "transcript-owner-sessions-changelog"
 
 

@@ -53,9 +53,9 @@ def test_the_next_owner_fences_the_last_and_aborts_its_open_transaction(env, top
 
     async def scenario() -> None:
         new = producer_factory(ks, group, transaction_timeout_s=60)
-        old, nxt = (PartitionProducers(new, group, source) for _ in range(2))
+        old, nxt = (PartitionProducers(new, group) for _ in range(2))
         await old.assign([3])
-        await old.commit(3, [(*record[:3], b"committed", ())], next_offset=5)
+        await old.commit(3, [(*record[:3], b"committed", ())], next_offsets={source: 5})
         # the old owner stalls in the middle of a transaction ...
         producer = old._producers[3]
         await producer.begin_transaction()
@@ -68,11 +68,11 @@ def test_the_next_owner_fences_the_last_and_aborts_its_open_transaction(env, top
             await producer.commit_transaction()
         await old.close()
         # the old owner, fenced, cannot commit a new transaction either
-        zombie = PartitionProducers(new, group, source)
+        zombie = PartitionProducers(new, group)
         zombie._producers[3] = producer
         with pytest.raises(TransactionFailed):
-            await zombie.commit(3, [(*record[:3], b"zombie", ())], next_offset=9)
-        await nxt.commit(3, [(*record[:3], b"next", ())], next_offset=7)
+            await zombie.commit(3, [(*record[:3], b"zombie", ())], next_offsets={source: 9})
+        await nxt.commit(3, [(*record[:3], b"next", ())], next_offsets={source: 7})
         await nxt.close()
 
     asyncio.run(scenario())
@@ -86,10 +86,10 @@ def test_top_up_applies_committed_changelog_records_and_skips_aborted_ones(env, 
 
     ks = kafka_settings(env)
     changelog = local_state.changelog_topic(ks.topic_prefix, "transcript-owner", "sessions")
-    group, source = ks.topic_prefix + "topup", ks.topic(CONFIRMATIONS)
+    group = ks.topic_prefix + "topup"
 
     async def write() -> None:
-        txns = PartitionProducers(producer_factory(ks, group), group, source)
+        txns = PartitionProducers(producer_factory(ks, group), group)
         await txns.assign([1])
         await txns.commit(1, [(changelog, 1, b"a", b"1", ()), (changelog, 1, b"b", b"1", ())],
                           None)

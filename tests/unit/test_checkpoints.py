@@ -9,6 +9,7 @@ import json
 from collections import Counter
 from datetime import UTC, datetime
 
+import pytest
 import rocksdict
 
 from workers.commands.audit_start import state_of
@@ -187,3 +188,49 @@ def test_partitions_take_turns_when_a_round_outlasts_the_interval(tmp_path):
         wall += 1.0
     counts = Counter(done)
     assert set(counts) == set(dbs) and max(counts.values()) - min(counts.values()) <= 1
+
+
+def test_records_of_no_checkpoint_are_not_read_as_one():
+    """Whoever may write the topic can put anything there: a key of no checkpoint's form, a
+    manifest naming another partition, a string `input_offset`, a chunk of garbage. Before,
+    `decode` failed on such a key (IndexError, ValueError), sorted a string offset against an
+    int (TypeError) and took a manifest of partition 3 in partition 0's key as it stood."""
+    good = encode(0, 0, 7, 42, 9, _items(2), AT)
+    m = json.loads(good[-1][1])
+    garbage = [
+        (b"c/x", b"{}"), (b"c/0/x/000001", b"{}"), (b"\xff/0/0", b"{}"), (b"m/0", b"[]"),
+        (b"m/0/1", json.dumps(dict(m, input_offset="5")).encode()),
+        (b"m/0/2", json.dumps(dict(m, partition=3, input_offset=1)).encode()),
+        (b"m/0/3", json.dumps(dict(m, input_offset=-1)).encode()),
+        (b"m/0/4", b"not JSON"), (b"m/0/5", json.dumps([m]).encode()),
+    ]
+    for slot in (None, 0, 1, 2):
+        assert [(c.partition, c.slot, c.id, c.input_offset) for c in decode(
+            [*garbage, *good], slot=slot)] == ([(0, 0, 7, 42)] if slot in (None, 0) else [])
+    assert [c.id for c in decode([*garbage, *good], manifests_only=True)] == [7]
+    # a garbage chunk in place of one of the manifest's: no checkpoint
+    assert decode([*good[:-1], (good[0][0], b'{"items": 5}'), good[-1]]) == []
+
+
+def test_a_manifest_is_checked_member_by_member():
+    manifest = json.loads(encode(3, 1, 7, 42, None, [], AT)[-1][1])
+    assert checkpoints.read_manifest(json.dumps(manifest).encode(), 3)["input_offset"] == 42
+    for changes, what in [
+        ({"partition": 4}, "a manifest of partition 4 under a key of partition 3"),
+        ({"input_offset": "42"}, "input_offset: not a whole number from 0 to "
+                                 "9223372036854775807"),
+        ({"chunks": -1}, "chunks: not a whole number from 0 to 999999"),
+        ({"diagnostics_offset": 1.5}, "diagnostics_offset: not a whole number from 0 to "
+                                      "9223372036854775807"),
+        ({"id": None}, "id: not a whole number from 0 to 9223372036854775807"),
+    ]:
+        with pytest.raises(checkpoints.Malformed) as err:
+            checkpoints.read_manifest(json.dumps(dict(manifest, **changes)).encode(), 3)
+        assert str(err.value) == what
+    del manifest["input_offset"]
+    with pytest.raises(checkpoints.Malformed, match="^input_offset: missing$"):
+        checkpoints.read_manifest(json.dumps(manifest).encode(), 3)
+    assert checkpoints.parse_key(b"c/3/1/000002") == ("c", 3, 1, 2)
+    for key in (b"c/3/1/2", b"m/3/01", b"m/03/1", b"m/3/1/", b"m/-3/1", b"m/3/1 "):
+        with pytest.raises(checkpoints.Malformed):
+            checkpoints.parse_key(key)

@@ -41,7 +41,12 @@ def test_repo_topics_file_declares_every_topic_the_worker_uses():
     assert set(specs) == {
         "delivery.confirmations", "transcript.entries", "transcript.diagnostics",
         "delivery.confirmations.dlq", CHANGELOG, LEADER, "transcript.checkpoints",
-    } | ({"transcript.erasures"} & set(specs))  # erasures: issue 17, part 2
+        "transcript.erasures", "transcript.control",
+    }
+    # the operator's erasures: read with the input partition of their number, replayed by audit
+    control = specs["transcript.control"].config_map
+    assert control["message.timestamp.type"] == "LogAppendTime"
+    assert control["retention.ms"] == specs["delivery.confirmations"].config_map["retention.ms"]
     assert specs["transcript.checkpoints"].partitions == specs["delivery.confirmations"].partitions
     assert specs["transcript.entries"].config_map["cleanup.policy"] == "compact"
     assert specs["delivery.confirmations"].config_map["retention.ms"] == str(7 * 86400 * 1000)
@@ -144,10 +149,12 @@ def _bindings(acls, principal):
 def test_repo_acls_give_each_principal_what_it_needs_and_no_more():
     acls = load_acls(ROOT / "topics.yaml", prefix="p.", app_id="blue")
     assert dict(acls.principals) == {
-        "worker": "User:worker", "connector": "User:connector", "reader": "User:reader"}
+        "worker": "User:worker", "connector": "User:connector", "operator": "User:operator",
+        "reader": "User:reader"}
     assert _bindings(acls, "User:worker") == {
         ("topic", "p.delivery.confirmations", "literal", "Read"),
-        ("topic", "p.delivery.confirmations", "literal", "Write"),  # re-keyed records
+        ("topic", "p.delivery.confirmations", "literal", "Write"),  # re-keyed, forwarded
+        ("topic", "p.transcript.control", "literal", "Read"),  # the operator's erasures
         ("topic", "p.transcript.entries", "literal", "Write"),
         ("topic", "p.transcript.diagnostics", "literal", "Write"),
         ("topic", "p.delivery.confirmations.dlq", "literal", "Write"),
@@ -168,6 +175,17 @@ def test_repo_acls_give_each_principal_what_it_needs_and_no_more():
     assert _bindings(acls, "User:reader") == {
         ("topic", "p.transcript.entries", "literal", "Read"),
         ("topic", "p.transcript.entries", "literal", "Describe")}
+    # the only principal that may erase (DESIGN 1.2): no connector writes transcript.control
+    assert _bindings(acls, "User:operator") == {
+        ("topic", "p.transcript.control", "literal", "Write"),
+        ("topic", "p.transcript.control", "literal", "Describe"),
+        ("topic", "p.transcript.entries", "literal", "Read"),
+        ("topic", "p.transcript.entries", "literal", "Describe"),
+        ("topic", "p.transcript.erasures", "literal", "Read"),
+        ("topic", "p.transcript.erasures", "literal", "Describe")}
+    writers = {b.principal for b in acls.bindings
+               if b.name == "p.transcript.control" and b.operation == "Write"}
+    assert writers == {"User:operator"}
     assert all(b.permission == "allow" and b.host == "*" for b in acls.bindings)
     # every topic of the file is watched for extra bindings, declared in acls: or not
     specs = load_topics(ROOT / "topics.yaml", prefix="p.", app_id="blue")
@@ -183,6 +201,7 @@ def test_principals_come_from_the_environment_first():
         "TRANSCRIPT_ACL_CONNECTOR_PRINCIPAL": ""})  # empty: the file's
     assert dict(acls.principals) == {"worker": "User:transcript-owner-prod",
                                      "connector": "User:connector",
+                                     "operator": "User:operator",
                                      "reader": "User:CN=sink,O=example"}
     assert _bindings(acls, "User:worker") == set()
     assert ("topic", "transcript.entries", "literal", "Write") in _bindings(

@@ -17,6 +17,14 @@ written is compared with what the topics hold:
               Past input retention, a session erased before the checkpoint is checked
               against its erasure record: seqs up to its through_seq tombstoned, later ones
               present (workers/commands/audit_start.py)
+  malformed   a record of a worker-owned topic (entries, diagnostics, dead letters, erasures,
+              checkpoints) that is not one the worker writes: not JSON, the wrong shape, a key
+              of the wrong form, a checkpoint manifest of another partition. Named by topic,
+              partition and offset and what is wrong, never what it holds; left out of the
+              comparison, and the audit goes on (whoever may write the topic can put anything
+              there: an ACL too wide, an admin tool)
+  unaudited   a partition past input retention whose checkpoints are all unusable, malformed
+              records among them: the other partitions are audited
 Repeats (one key written more than once with identical content, or one diagnostic twice, which
 a crash between the outputs' write and the state's write can cause) are counted, not failures;
 `--strict` fails entry and diagnostic repeats.
@@ -31,23 +39,47 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
 
-from workers.commands import audit_start
+from workers.commands import audit_control, audit_start
 from workers.commands.loadgen import Progress
 from workers.core import MemoryState
 from workers.settings import KafkaSettings, kafka_settings, worker_settings
-from workers.stream.checkpoints import Checkpoint
-from workers.stream.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES, ERASURES, Source
+from workers.stream.checkpoints import (
+    OFFSET_MAX,
+    PARTITION_MAX,
+    Checkpoint,
+    Malformed,
+    json_object,
+    text_member,
+    whole_member,
+)
+from workers.stream.local_state import SESSIONS, changelog_topic
+from workers.stream.outputs import (
+    CONFIRMATIONS,
+    CONTROL,
+    DIAGNOSTICS,
+    DLQ,
+    ENTRIES,
+    ERASURES,
+    Source,
+    entry_key,
+)
 from workers.stream.owner import Owner
 
 KINDS = ("missing", "unexpected", "differing", "rewritten", "order",
          "diagnostics_missing", "diagnostics_unexpected", "dead_letters_missing",
-         "dead_letters_unexpected", "erasures_missing", "erasures_unexpected")
+         "dead_letters_unexpected", "erasures_missing", "erasures_unexpected", "malformed",
+         "unaudited")
 EXAMPLES = 20  # findings listed per kind in the report
+SEQ_MAX = 9_999_999_999  # an entry key's seq has 10 digits
+T = TypeVar("T")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,12 +108,26 @@ class Report:
     # topic is compacted), compared with transcript.erasures
     erasures: dict[bytes, bytes] = field(default_factory=dict)
     erased_before: set[bytes] = field(default_factory=set)  # erased before a checkpoint
+    control_dead: set[tuple[int, int]] = field(default_factory=set)  # of transcript.control
 
     def find(self, kind: str, what: str) -> None:
         self.counts[kind] += 1
         found = self.examples.setdefault(kind, [])
         if len(found) < EXAMPLES:
             found.append(what)
+
+    def malformed(self, topic: str, partition: int, offset: int, what: str) -> None:
+        self.find("malformed", f"{topic} partition {partition} offset {offset}: {what}")
+
+    def decoded(self, topic: str, record: Any, check: Callable[[Any], T]) -> T | None:
+        """What the audit reads from a record of a worker-owned topic (`check(record)`, which
+        raises Malformed for one the worker does not write); None for such a record, after
+        reporting it (`malformed`)."""
+        try:
+            return check(record)
+        except Malformed as exc:
+            self.malformed(topic, record.partition, record.offset, str(exc))
+            return None
 
     def clean(self, strict: bool) -> bool:
         return not sum(self.counts.values()) and not (
@@ -103,18 +149,111 @@ def _digest(entry: dict) -> bytes:
     return hashlib.blake2b(json.dumps(body, sort_keys=True).encode(), digest_size=16).digest()
 
 
-def _diag_id(value: bytes) -> str:
-    d = json.loads(value)
+def _diag_id(d: dict) -> str:
     return json.dumps([d["session_key"], d["code"], d["level"], d["send_id"], d["at"]])
+
+
+# --- the records of the worker-owned topics, as the audit reads them (Report.decoded): each
+# check returns what the audit uses, its members checked, or raises Malformed saying what is
+# wrong. A tombstone (no value) is read before, where one is the worker's.
+
+
+def entry_of(r: Any) -> dict:
+    """A transcript-entry/1: the members the audit orders and selects by, and its key that of
+    its session_key and seq."""
+    entry = json_object(r.value)
+    if entry.get("schema") != "transcript-entry/1":
+        raise Malformed("not a transcript-entry/1")
+    session = text_member(entry, "session_key")
+    seq = whole_member(entry, "seq", 1, SEQ_MAX)
+    _time_member(entry, "delivered_at")
+    if r.key != entry_key(session, seq):
+        raise Malformed("a key that is not <session_key>#<seq, 10 digits> of its value")
+    return entry
+
+
+def diagnostic_of(r: Any) -> str:
+    """A diagnostic/1, as the audit compares it (its identity), keyed by its session key."""
+    d = json_object(r.value)
+    if d.get("schema") != "diagnostic/1":
+        raise Malformed("not a diagnostic/1")
+    session = text_member(d, "session_key")
+    for name in ("code", "level", "at"):
+        text_member(d, name)
+    text_member(d, "send_id", null=True)
+    if r.key != session.encode():
+        raise Malformed("a key that is not its session_key")
+    return _diag_id(d)
+
+
+def erasure_of(r: Any) -> dict:
+    """A session-erasure/1, keyed by its session key."""
+    e = json_object(r.value)
+    if e.get("schema") != "session-erasure/1":
+        raise Malformed("not a session-erasure/1")
+    session = text_member(e, "session_key")
+    _time_member(e, "erased_at")
+    whole_member(e, "epoch", 0, OFFSET_MAX)
+    whole_member(e, "through_seq", 0, SEQ_MAX)
+    text_member(e, "reason", null=True, absent=True)
+    if r.key != session.encode():
+        raise Malformed("a key that is not its session_key")
+    return e
+
+
+_TOPIC_NAME = re.compile(rb"[A-Za-z0-9._-]{1,249}")
+_DIGITS = re.compile(rb"[0-9]{1,19}")
+
+
+def dead_letter_of(r: Any) -> tuple[str, int, int]:
+    """A dead letter's source (topic, partition, offset), from the headers the worker gives
+    every one (its key and value are the original record's: anything)."""
+    headers: dict[str, list[bytes | None]] = {}
+    for name, value in r.headers or ():
+        headers.setdefault(name, []).append(value)
+
+    def header(name: str) -> bytes:
+        values = headers.get(name, [])
+        if len(values) != 1 or values[0] is None:
+            raise Malformed(f"header {name}: " + ("given twice" if len(values) > 1 else "missing"))
+        return values[0]
+
+    try:
+        header("error").decode("utf-8")
+    except UnicodeDecodeError:
+        raise Malformed("header error: not UTF-8") from None
+    topic = header("source.topic")
+    if not _TOPIC_NAME.fullmatch(topic):
+        raise Malformed("header source.topic: not a topic name")
+    at = []
+    for name, highest in (("source.partition", PARTITION_MAX), ("source.offset", OFFSET_MAX)):
+        raw = header(name)
+        if not _DIGITS.fullmatch(raw) or int(raw) > highest:
+            raise Malformed(f"header {name}: not a whole number from 0 to {highest}")
+        at.append(int(raw))
+    return topic.decode(), at[0], at[1]
+
+
+def _time_member(doc: dict, name: str) -> datetime:
+    """Member `name`, an RFC 3339 time with its UTC offset."""
+    try:
+        at = datetime.fromisoformat(text_member(doc, name) or "")
+    except ValueError:
+        at = None
+    if at is None or at.tzinfo is None:
+        raise Malformed(f"{name}: not a time with a UTC offset")
+    return at
 
 
 def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Report,
                     since: datetime | None, bar: Progress,
                     checkpoint: Checkpoint | None = None,
-                    erasures: dict[str, list[dict]] | None = None) -> set[tuple[int, int]]:
-    """Compare one partition; return the (partition, offset) pairs that must be dead letters.
-    `erasures`: transcript.erasures, session key -> its records oldest first (for sessions a
-    checkpoint holds as erased)."""
+                    erasures: dict[str, list[dict]] | None = None,
+                    cutovers: dict[int, int | str] | None = None) -> set[tuple[int, int]]:
+    """Compare one partition; return the (partition, offset) pairs of the input that must be
+    dead letters (transcript.control's: `report.control_dead`). `erasures`:
+    transcript.erasures, session key -> its records oldest first (for sessions a checkpoint
+    holds as erased); `cutovers`: the input partitions' erase cut-overs (audit_control)."""
     from workers.kafka_io import read
 
     # past input retention: from a checkpoint, with its state (workers/commands/audit_start.py)
@@ -130,6 +269,17 @@ def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Rep
     erased_keys: set[bytes] = set()  # entry keys an erasure tombstoned
     erased_through: dict[str, set[int]] = {}  # session -> the through_seq of each erasure
     source_topic = ks.topic(CONFIRMATIONS)
+    # erasures, as the worker decided them (workers/commands/audit_control.py): the partition's
+    # cut-over, and the tickets of transcript.control's erases, for their forwarded copies
+    cut = (cutovers or {}).get(partition)
+    if isinstance(cut, str):
+        report.find("malformed", cut)
+        cut = None
+    state.partition_cutover = cut
+    n, control_dead, outcomes = audit_control.replay_control(ks, owner, partition, state)
+    report.input_records += n
+    report.outcomes.update(outcomes)
+    report.control_dead |= control_dead
     wall = datetime.now(UTC)
 
     for r in read(ks, source_topic, partitions=[partition],
@@ -139,13 +289,15 @@ def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Rep
         # the worker's clock for the record: its broker timestamp, as the worker read it
         now = min(datetime.fromtimestamp(r.timestamp / 1000, UTC), wall) if r.timestamp >= 0 \
             else wall
-        step = owner.handle(Source(source_topic, partition, r.offset, r.key, r.value or b""),
-                            state, now)
+        step = owner.handle(Source(source_topic, partition, r.offset, r.key, r.value or b"",
+                                   tuple(r.headers or ())), state, now)
         report.outcomes[step.outcome] += 1
         if step.session_key is not None:
             if step.erase:  # forget: the session's state goes, as in the worker
                 state.erase(step.session_key)
             state.remember(step.session_key, step.head, step.seen)
+            if step.ticket is not None:
+                state.hold(step.session_key, *step.ticket)
         for out in step.sends:
             if out.topic == ENTRIES and out.value is None:  # erased: a tombstone is expected
                 expected.pop(out.key, None)
@@ -154,7 +306,7 @@ def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Rep
                 entry = json.loads(out.value)
                 expected[out.key] = (_digest(entry), datetime.fromisoformat(entry["delivered_at"]))
             elif out.topic == DIAGNOSTICS:
-                diags[_diag_id(out.value)] += 1
+                diags[_diag_id(json.loads(out.value))] += 1
             elif out.topic == DLQ:
                 dead.add((partition, r.offset))
             elif out.topic == ERASURES:
@@ -174,13 +326,16 @@ def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Rep
     seen: dict[bytes, bytes | None] = {}
     hidden: set[bytes] = set()  # live entries delivered before --since: not compared
     last_seq: dict[str, int] = {}
-    for r in read(ks, ks.topic(ENTRIES), partitions=[partition]):
+    entries_topic = ks.topic(ENTRIES)
+    for r in read(ks, entries_topic, partitions=[partition]):
         key = r.key
         if r.value is None:  # tombstone: the entry is gone
             seen[key] = None
             hidden.discard(key)
             continue
-        entry = json.loads(r.value)
+        entry = report.decoded(entries_topic, r, entry_of)
+        if entry is None:
+            continue  # not the worker's (reported): neither present nor compared
         if since is not None and datetime.fromisoformat(entry["delivered_at"]) < since:
             hidden.add(key)
             continue
@@ -219,13 +374,14 @@ def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Rep
                                             erased_again):
             report.find(kind, what.decode())
 
-    actual_diags: Counter = Counter(
-        _diag_id(r.value) for r in read(
-            ks, ks.topic(DIAGNOSTICS), partitions=[partition],
-            start=None if checkpoint is None or checkpoint.diagnostics_offset is None
-            else {partition: checkpoint.diagnostics_offset})
-        if r.value is not None
-    )
+    diagnostics_topic = ks.topic(DIAGNOSTICS)
+    actual_diags: Counter = Counter()
+    for r in read(ks, diagnostics_topic, partitions=[partition],
+                  start=None if checkpoint is None or checkpoint.diagnostics_offset is None
+                  else {partition: checkpoint.diagnostics_offset}):
+        if r.value is not None and (d := report.decoded(diagnostics_topic, r,
+                                                          diagnostic_of)) is not None:
+            actual_diags[d] += 1
     # a diagnostic is one decision's: one more than its decisions made is a repeat (two
     # decisions can make the same one, e.g. two records of one send_id at one time)
     report.diagnostic_repeats += sum(max(0, n - max(1, diags[d])) for d, n in actual_diags.items())
@@ -248,7 +404,7 @@ def run(args: argparse.Namespace) -> int:
         print("error: --since needs a UTC offset", file=sys.stderr)
         return 2
     owner = Owner(partitions=ws.partitions, dedupe_window=timedelta(days=ws.dedupe_window_days),
-                  clock=lambda: datetime.now(UTC))
+                  clock=lambda: datetime.now(UTC), control=ks.topic(CONTROL))
     report = Report()
     bar = Progress(0, sys.stderr.isatty() if args.progress is None else args.progress)
     try:
@@ -259,29 +415,45 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: topic {ks.topic(CONFIRMATIONS)} not found", file=sys.stderr)
             return 2
         try:
-            checkpoints = audit_start.starts(ks, ks.topic(CONFIRMATIONS), ends)
+            checkpoints = audit_start.starts(ks, ks.topic(CONFIRMATIONS), ends, report)
         except audit_start.NoCheckpoint as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        first = {p: 0 if c is None else c.input_offset for p, c in checkpoints.items()}
+        # where each partition's replay starts (an unaudited one: at its end, nothing of it)
+        first = {p: ends[p] if p not in checkpoints else 0 if checkpoints[p] is None
+                 else checkpoints[p].input_offset for p in ends}
         bar.total = sum(ends[p] - first[p] for p in ends)
         dead: set[tuple[int, int]] = set()
-        erasures = erasure_records(ks) if any(checkpoints.values()) else {}
-        for p in sorted(ends):
+        erasures = read_erasures(ks, report)
+        history = erasure_records(erasures) if any(checkpoints.values()) else {}
+        cuts = audit_control.cutovers(
+            ks, changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS))
+        for p in sorted(checkpoints):
             report.partitions += 1
-            dead |= audit_partition(ks, owner, p, report, since, bar, checkpoints[p], erasures)
+            dead |= audit_partition(ks, owner, p, report, since, bar, checkpoints[p], history,
+                                    cuts)
         actual_dead = set()
-        for r in read(ks, ks.topic(DLQ)):
-            h = dict(r.headers or [])
-            if h.get("source.topic", b"").decode() == ks.topic(CONFIRMATIONS):
-                at = (int(h["source.partition"]), int(h["source.offset"]))
+        actual_control_dead = set()
+        control = ks.topic(CONTROL)
+        dlq_topic = ks.topic(DLQ)
+        for r in read(ks, dlq_topic):
+            if (source := report.decoded(dlq_topic, r, dead_letter_of)) is None:
+                continue
+            topic, at = source[0], source[1:]
+            if topic == ks.topic(CONFIRMATIONS):
                 if at[1] >= first.get(at[0], 0):  # older: its input is gone (checkpoints)
                     actual_dead.add(at)
+            elif topic == control and at[0] in checkpoints:  # (of an audited partition)
+                actual_control_dead.add(at)
         for p, o in sorted(dead - actual_dead):
             report.find("dead_letters_missing", f"partition {p} offset {o}")
         for p, o in sorted(actual_dead - dead):
             report.find("dead_letters_unexpected", f"partition {p} offset {o}")
-        compare_erasures(ks, report)
+        for p, o in sorted(report.control_dead - actual_control_dead):
+            report.find("dead_letters_missing", f"{control} partition {p} offset {o}")
+        for p, o in sorted(actual_control_dead - report.control_dead):
+            report.find("dead_letters_unexpected", f"{control} partition {p} offset {o}")
+        compare_erasures(ks, report, erasures)
     except KafkaError as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
@@ -294,40 +466,47 @@ def run(args: argparse.Namespace) -> int:
     return 0 if clean else 1
 
 
-def erasure_records(ks: KafkaSettings) -> dict[str, list[dict]]:
-    """transcript.erasures: session key -> its session-erasure/1 records, oldest first (what
-    compaction left: at least the latest of each session)."""
+def read_erasures(ks: KafkaSettings, report: Report) -> dict[bytes, list[dict | None]] | None:
+    """transcript.erasures, per key its records oldest first (what compaction left: at least
+    the latest of each session; None: a tombstone); a record the worker does not write is
+    reported and left out. None: the topic does not exist."""
     from workers.kafka_io import end_offsets, read
 
-    out: dict[str, list[dict]] = {}
-    if not end_offsets(ks, ks.topic(ERASURES)):
-        return out
-    for r in read(ks, ks.topic(ERASURES)):
-        if r.key is None or r.value is None:
-            continue
-        try:
-            record = json.loads(r.value)
-        except ValueError:
-            continue  # not the worker's: compare_erasures reports it
-        if isinstance(record, dict):
-            out.setdefault(r.key.decode(errors="replace"), []).append(record)
+    topic = ks.topic(ERASURES)
+    if not end_offsets(ks, topic):
+        return None
+    out: dict[bytes, list[dict | None]] = {}
+    for r in read(ks, topic):
+        if r.value is None:
+            if r.key is not None:  # (a compacted topic holds none without a key)
+                out.setdefault(r.key, []).append(None)
+        elif (record := report.decoded(topic, r, erasure_of)) is not None:
+            out.setdefault(r.key, []).append(record)
     return out
 
 
-def compare_erasures(ks: KafkaSettings, report: Report) -> None:
-    """transcript.erasures (the latest record per session) against the replay's erasures."""
-    from workers.kafka_io import end_offsets, read
+def erasure_records(erasures: dict[bytes, list[dict | None]] | None) -> dict[str, list[dict]]:
+    """Session key -> its session-erasure/1 records, oldest first (for the sessions a
+    checkpoint holds as erased)."""
+    out: dict[str, list[dict]] = {}
+    for records in (erasures or {}).values():
+        for record in records:
+            if record is not None:
+                out.setdefault(record["session_key"], []).append(record)
+    return out
 
-    if not end_offsets(ks, ks.topic(ERASURES)):
+
+def compare_erasures(ks: KafkaSettings, report: Report,
+                     erasures: dict[bytes, list[dict | None]] | None) -> None:
+    """transcript.erasures (the latest record per session) against the replay's erasures."""
+    if erasures is None:
         if report.erasures:
             report.find("erasures_missing", f"topic {ks.topic(ERASURES)} not found")
         return
-    actual: dict[bytes, bytes | None] = {}
-    for r in read(ks, ks.topic(ERASURES)):
-        actual[r.key] = r.value
+    actual = {key: records[-1] for key, records in erasures.items()}
     for key, value in sorted(report.erasures.items()):
         got = actual.get(key)
-        if got is None or json.loads(got) != json.loads(value):
+        if got is None or got != json.loads(value):
             report.find("erasures_missing", key.decode(errors="replace"))
     for key, value in sorted(actual.items()):
         if value is not None and key not in report.erasures and key not in report.erased_before:

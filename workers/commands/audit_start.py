@@ -15,23 +15,50 @@ checked), with the session state the checkpoint holds. Its entries then fall in 
 - every later one is replayed and compared, exactly as from the start.
 Diagnostics are compared from the checkpoint's `diagnostics_offset`, dead letters from its input
 offset on. No checkpoint at or after the retained start: the audit cannot run (exit 2).
+
+Anyone who may write the checkpoints topic can put anything there. Each record read that the
+worker does not write (a key of no checkpoint's form, a manifest of the wrong shape or naming
+another partition, a chunk or a state record that does not decode) is a `malformed` finding,
+and a checkpoint it spoils is not used: the next usable one is. A partition left with no usable
+checkpoint because of such records is `unaudited` (a finding: exit 1, the other partitions are
+audited), not a reason to stop.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Container, Iterator, Mapping, Sequence
 from datetime import datetime
+from typing import Protocol
 
-from workers.core import MemoryState, Seen, SessionHead, decode_v1
-from workers.stream.checkpoints import CHECKPOINTS, FAUST_KEYS, Checkpoint, decode
+from workers.core import MemoryState, Seen, SessionHead, UnreadableState, decode_v1
+from workers.stream.checkpoints import (
+    CHECKPOINTS,
+    FAUST_KEYS,
+    Checkpoint,
+    Malformed,
+    decode,
+    manifest_key,
+    parse_key,
+    read_chunk,
+    read_manifest,
+)
 from workers.stream.outputs import entry_key
 
-__all__ = ["NoCheckpoint", "before", "entry_key", "entry_position", "erased_before", "older",
-           "starts", "state_of"]
+__all__ = ["Findings", "NoCheckpoint", "before", "entry_key", "entry_position", "erased_before",
+           "older", "starts", "state_of"]
 
 
 class NoCheckpoint(Exception):
     """A partition's input no longer starts at 0 and no checkpoint covers what is left."""
+
+
+class Findings(Protocol):
+    """Where `starts` reports (the audit's report)."""
+
+    def malformed(self, topic: str, partition: int, offset: int, what: str) -> None: ...
+
+    def find(self, kind: str, what: str) -> None: ...
 
 
 def log_starts(ks, topic: str, partitions: list[int]) -> dict[int, int]:  # noqa: ANN001
@@ -47,9 +74,11 @@ def log_starts(ks, topic: str, partitions: list[int]) -> dict[int, int]:  # noqa
         c.close()
 
 
-def starts(ks, input_topic: str, ends: dict[int, int]) -> dict[int, Checkpoint | None]:  # noqa: ANN001
-    """Per input partition, the checkpoint to start from (None: from offset 0, empty state)."""
-    from workers.kafka_io import end_offsets, read
+def starts(ks, input_topic: str, ends: dict[int, int],  # noqa: ANN001
+           findings: Findings) -> dict[int, Checkpoint | None]:
+    """Per input partition, the checkpoint to start from (None: from offset 0, empty state); a
+    partition left out is `unaudited` (no usable checkpoint, malformed records among them)."""
+    from workers.kafka_io import end_offsets
 
     first = log_starts(ks, input_topic, sorted(ends))
     out: dict[int, Checkpoint | None] = {p: None for p in ends}
@@ -59,46 +88,130 @@ def starts(ks, input_topic: str, ends: dict[int, int]) -> dict[int, Checkpoint |
     topic = ks.topic(CHECKPOINTS)
     have = end_offsets(ks, topic)
     for p in truncated:
-        def records(p: int = p):  # noqa: ANN202
-            return ((r.key, r.value) for r in read(ks, topic, partitions=[p]))
-
+        records = _Records(ks, topic, p, findings)
         # the manifests first, then the state of one checkpoint: one copy in memory
-        found = decode(records(), manifests_only=True) if p in have else []
+        found = [c for c in (decode(records.read(), manifests_only=True) if p in have else [])
+                 if c.partition == p]
+        for c in found:
+            if c.input_offset > ends[p]:  # of no checkpoint of this input
+                records.malformed(records.manifests[manifest_key(p, c.slot)],
+                                  f"input_offset {c.input_offset} is past the end of input "
+                                  f"partition {p} ({ends[p]})")
         for candidate in (c for c in found if first[p] <= c.input_offset <= ends[p]):
-            full = [c for c in decode(records(), slot=candidate.slot) if c.id == candidate.id]
-            if full:
-                out[p] = full[0]
-                break
+            at = records.manifests[manifest_key(p, candidate.slot)]
+            full = [c for c in decode(records.read(candidate.slot), slot=candidate.slot)
+                    if c.id == candidate.id and c.partition == p]
+            if not full:
+                continue  # incomplete (its slot being copied again), or a chunk malformed
+            try:
+                state_of(full[0])
+            except Malformed as exc:
+                records.malformed(at, f"checkpoint {candidate.id}: {exc}")
+                continue
+            out[p] = full[0]
+            break
         else:
-            raise NoCheckpoint(
-                f"partition {p} of {input_topic} starts at offset {first[p]} (older records "
-                f"deleted) and {topic} holds no checkpoint of it at or after that offset "
-                f"({len(found)} checkpoints of it, none usable); it cannot be replayed exactly")
+            if not records.bad:
+                raise NoCheckpoint(
+                    f"partition {p} of {input_topic} starts at offset {first[p]} (older records "
+                    f"deleted) and {topic} holds no checkpoint of it at or after that offset "
+                    f"({len(found)} checkpoints of it, none usable); it cannot be replayed "
+                    "exactly")
+            findings.find("unaudited", f"{input_topic} partition {p}: starts at offset "
+                          f"{first[p]} and no checkpoint of it in {topic} is usable "
+                          f"({records.bad} malformed records): not audited")
+            del out[p]
     return out
 
 
+class _Records:
+    """Partition p of the checkpoints topic, read for `decode`; each record the worker does not
+    write is reported (`malformed`) and counted."""
+
+    def __init__(self, ks, topic: str, partition: int, findings: Findings) -> None:  # noqa: ANN001
+        self.ks, self.topic, self.partition, self.findings = ks, topic, partition, findings
+        self.manifests: dict[bytes, int] = {}  # manifest key -> the offset of its latest record
+        self.bad = 0
+
+    def read(self, chunks_of: int | None = None) -> Iterator[tuple[bytes | None, bytes | None]]:
+        """Its records; checked: the keys and manifests, or (`chunks_of`) only the chunks of
+        that slot (a chunk is read only when its checkpoint is; keys were checked before)."""
+        from workers.kafka_io import read
+
+        for r in read(self.ks, self.topic, partitions=[self.partition]):
+            what = _problem(r.key, r.value, self.partition, chunks_of)
+            if what is not None:
+                self.malformed(r.offset, what)
+            elif chunks_of is None and r.key.startswith(b"m/"):
+                self.manifests[r.key] = r.offset
+            yield r.key, r.value
+
+    def malformed(self, offset: int, what: str) -> None:
+        self.findings.malformed(self.topic, self.partition, offset, what)
+        self.bad += 1
+
+
+def _problem(key: bytes | None, value: bytes | None, partition: int,
+             chunks_of: int | None) -> str | None:
+    """What is wrong with a record of `partition` of the checkpoints topic, or None."""
+    try:
+        if chunks_of is None:
+            kind, p, _, _ = parse_key(key)
+            if p != partition:
+                raise Malformed(f"a key of partition {p}")
+            if kind == "m" and value is not None:
+                read_manifest(value, p)
+            return None
+        try:
+            kind, p, slot, _ = parse_key(key)
+        except Malformed:
+            return None  # reported by the first reading
+        if kind == "c" and p == partition and slot == chunks_of and value is not None:
+            read_chunk(value)
+    except Malformed as exc:
+        return str(exc)
+    return None
+
+
 def state_of(checkpoint: Checkpoint) -> MemoryState:
-    """The session state a checkpoint holds, as the audit's store."""
+    """The session state a checkpoint holds, as the audit's store; Malformed when one of its
+    state records is not one the worker writes (it says which, by position)."""
     state = MemoryState()
-    for key, value in checkpoint.items:
+    for i, (key, value) in enumerate(checkpoint.items):
         if key.startswith(FAUST_KEYS):
             continue
-        if key.startswith(b'["h",'):
-            import json
-
-            state.heads[json.loads(key)[1]] = SessionHead.from_bytes(value)
-        elif key.startswith(b'["s",'):
-            import json
-
-            _, session, send_id = json.loads(key)
-            state.seens[(session, send_id)] = Seen.from_bytes(value)
-        elif not key.startswith(b"["):  # format 1 (before 0.2), not yet migrated
-            session = key.decode()
-            head, seens = decode_v1(value)
-            state.heads.setdefault(session, head)
-            for send_id, seen in seens:
-                state.seens.setdefault((session, send_id), seen)
+        try:
+            if key.startswith(b'["h",'):
+                _, session = _state_key(key, 2)
+                state.heads[session] = SessionHead.from_bytes(value)
+            elif key.startswith(b'["s",'):
+                _, session, send_id = _state_key(key, 3)
+                state.seens[(session, send_id)] = Seen.from_bytes(value)
+            elif not key.startswith(b"["):  # format 1 (before 0.2), not yet migrated
+                session = key.decode()
+                head, seens = decode_v1(value)
+                state.heads.setdefault(session, head)
+                for send_id, seen in seens:
+                    state.seens.setdefault((session, send_id), seen)
+        except UnreadableState as exc:
+            raise Malformed(f"state record {i + 1} of {len(checkpoint.items)}: {exc}") from None
+        except (Malformed, UnicodeDecodeError):
+            raise Malformed(f"state record {i + 1} of {len(checkpoint.items)}: a key of no "
+                            "state record's form") from None
     return state
+
+
+def _state_key(key: bytes, n: int) -> list[str]:
+    """A head's or a seen record's key: a JSON array of `n` strings of Unicode text."""
+    try:
+        doc = json.loads(key)
+        if type(doc) is list and len(doc) == n and all(type(x) is str for x in doc):
+            for x in doc:
+                x.encode("utf-8")
+            return doc
+    except (ValueError, RecursionError):  # UnicodeError among them
+        pass
+    raise Malformed("a key of no state record's form")
 
 
 def before(state: MemoryState) -> dict[str, int]:

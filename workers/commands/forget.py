@@ -1,9 +1,12 @@
 """`transcript-owner forget SESSION_KEY --reason TEXT`: erase a session.
 
-The worker owns a session's state, so an erasure goes through it, ordered with the session's
-confirmations: this command publishes a `session-erase/1` record to the input topic, keyed by
-the canonical session key, to the session's partition (as a reset travels). When the worker
-handles it, in the partition's transaction: a tombstone for every entry key
+Erasure is the operator's act (DESIGN 1.2, the trust boundary): this command publishes a
+`session-erase/1` record to transcript.control, which only the operator principal may write
+(run it with the operator's credentials: KAFKA_SASL_USERNAME/PASSWORD), keyed by the canonical
+session key, to the session's partition. The worker owns a session's state, so the erasure
+goes through it, ordered with the session's confirmations: it forwards the record into the
+session's input partition and decides it there (workers/core/control.py), in the partition's
+transaction: a tombstone for every entry key
 `<session>#<seq>` (seq 1..next_seq-1) on transcript.entries, tombstones for the session's
 state (head and every remembered send_id) on the changelog, a head without content (the next
 epoch, next_seq, `erased_at`), and a `session-erasure/1` record (key, when, reason, epoch,
@@ -79,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
     from kafka.errors import KafkaError
 
-    from workers.stream.outputs import CONFIRMATIONS
+    from workers.stream.outputs import CONTROL
     from workers.stream.partitioning import partition_for
 
     partition = partition_for(key, ws.partitions)
@@ -90,13 +93,13 @@ def run(args: argparse.Namespace) -> int:
                   f"{partition}): an unknown session, or erased already; --force publishes "
                   "the erasure anyway", file=sys.stderr)
             return 2
-        offset = publish(ks, ks.topic(CONFIRMATIONS), key, partition,
+        offset = publish(ks, ks.topic(CONTROL), key, partition,
                          record.model_dump_json(by_alias=True).encode())
     except KafkaError as exc:
         print(f"forget: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-    print(f"forget: session-erase of {key} ({live} live entries) published to partition "
-          f"{partition} offset {offset}")
+    print(f"forget: session-erase of {key} ({live} live entries) published to "
+          f"{ks.topic(CONTROL)} partition {partition} offset {offset}")
     if args.wait <= 0:
         return 0
     try:

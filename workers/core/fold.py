@@ -35,6 +35,14 @@ class StateView(Protocol):
 
     def seen(self, key: str, send_id: str) -> Seen | None: ...
 
+    def ticket(self, key: str, control_offset: int) -> str | None:
+        """The ticket of an erase forwarded from transcript.control (workers/core/control.py)."""
+        ...
+
+    def cutover(self) -> int | None:
+        """The current partition's erase cut-over (workers/core/control.py); None: unknown."""
+        ...
+
 
 @dataclass
 class MemoryState:
@@ -42,12 +50,27 @@ class MemoryState:
 
     heads: dict[str, SessionHead] = field(default_factory=dict)
     seens: dict[tuple[str, str], Seen] = field(default_factory=dict)
+    tickets: dict[tuple[str, int], str] = field(default_factory=dict)
+    partition_cutover: int | None = None  # one partition's state (audit), or none (replay)
 
     def head(self, key: str) -> SessionHead:
         return self.heads.get(key, EMPTY_HEAD)
 
     def seen(self, key: str, send_id: str) -> Seen | None:
         return self.seens.get((key, send_id))
+
+    def ticket(self, key: str, control_offset: int) -> str | None:
+        return self.tickets.get((key, control_offset))
+
+    def cutover(self) -> int | None:
+        return self.partition_cutover
+
+    def hold(self, key: str, control_offset: int, digest: str | None) -> None:
+        """Keep a forwarded erase's ticket (None: spend it)."""
+        if digest is None:
+            self.tickets.pop((key, control_offset), None)
+        else:
+            self.tickets[(key, control_offset)] = digest
 
     def erase(self, key: str) -> None:
         """Forget the session's state (`forget`): its head and every remembered send_id. The

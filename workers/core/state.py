@@ -5,6 +5,9 @@ history, and a write costs O(1).
 
 - the **head** of a session (`SessionHead`): the reset count, the next sequence number, the
   dedupe clock and the last reset. One small record per session, key `["h",<session_key>]`.
+- a **ticket** per erase forwarded from transcript.control and not yet applied, key
+  `["e",<session_key>,<control offset>]`, and the partition's erase cut-over, key
+  `["cutover"]` (workers/core/control.py);
 - one **seen** record per remembered send_id (`Seen`: when it was first seen on the session
   clock, and its content fingerprint), key `["s",<session_key>,<send_id>]`. It expires when
   the session clock has moved more than the dedupe window past it: the decision then treats
@@ -127,6 +130,16 @@ def seen_key(session_key: str, send_id: str) -> bytes:
 SEEN_KEYS_FROM = b'["s",'  # every seen key starts so, and sorts after every head key
 
 
+def ticket_key(session_key: str, control_offset: int) -> bytes:
+    """A forwarded erase the session waits for (workers/core/control.py): value, its digest.
+    Sorts before every head and seen key, so the sweep never visits it."""
+    return b'["e",%s,%d]' % (encode_basestring(session_key).encode(), control_offset)
+
+
+# the partition's erase cut-over (workers/core/control.py): value, the input offset in ASCII
+CUTOVER_KEY = b'["cutover"]'
+
+
 def parse_seen_key(key: bytes) -> tuple[str, str] | None:
     """(session_key, send_id) of a seen key; None for any other key."""
     if not key.startswith(SEEN_KEYS_FROM):
@@ -199,6 +212,7 @@ def _json_micros(at: datetime | None) -> bytes:
 
 
 __all__ = [
+    "CUTOVER_KEY",
     "EMPTY_HEAD",
     "SEEN_KEYS_FROM",
     "UNKNOWN_FINGERPRINT",
@@ -211,4 +225,5 @@ __all__ = [
     "micros",
     "parse_seen_key",
     "seen_key",
+    "ticket_key",
 ]

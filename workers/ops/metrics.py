@@ -25,7 +25,9 @@ from prometheus_client.core import (
 from workers.core.outcomes import HANDLING_FAILED, OUTCOME_KINDS
 
 PREFIX = "transcript_owner_"
-OUTCOMES = (*OUTCOME_KINDS, "rekeyed")  # an outcome kind, or forwarded to its own partition
+# an outcome kind; or a record forwarded to its own partition, or an erase of
+# transcript.control forwarded into the input (workers/core/control.py)
+OUTCOMES = (*OUTCOME_KINDS, "rekeyed", "forwarded")
 
 # Dead-letter reasons by class: a bounded label set (the reason itself is free text)
 REASON_CLASSES = (

@@ -52,6 +52,7 @@ slot holds no checkpoint: the others still cover the input's retention.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -61,6 +62,9 @@ CHECKPOINTS = "transcript.checkpoints"
 CHUNK_BYTES = 256 * 1024  # a chunk's items, about (the topic's max.message.bytes is 2 MiB)
 KEYS_PER_BATCH = 100_000  # state keys of checkpoints a batch (so a transaction) holds at most
 FAUST_KEYS = b"__faust"  # faust's own bookkeeping in the partition stores: not state
+OFFSET_MAX = 2**63 - 1  # a Kafka offset is an INT64
+PARTITION_MAX = 2**31 - 1  # and a partition an INT32
+MAX_CHUNKS = 999_999  # a chunk's number has 6 digits in its key
 
 
 def manifest_key(partition: int, slot: int) -> bytes:
@@ -179,13 +183,18 @@ def decode(records: Iterable[tuple[bytes | None, bytes | None]], *, slot: int | 
     """The complete checkpoints among the records of one partition of the checkpoints topic
     (read in offset order, read_committed), oldest input offset first. `manifests_only`: their
     manifests, without reading the state (unchecked); `slot`: only the checkpoint of that slot
-    (so a reader holds one copy of the state, not `keep`)."""
+    (so a reader holds one copy of the state, not `keep`). A record the worker does not write
+    (`parse_key`, `read_manifest`, `read_chunk`) is no part of any checkpoint: a slot whose
+    newest manifest or one of whose chunks is such a record holds none."""
     latest: dict[bytes, bytes] = {}
     for key, value in records:
         if key is None:
             continue
-        if key.startswith(b"c/") and (
-                manifests_only or (slot is not None and int(key.split(b"/")[2]) != slot)):
+        try:
+            kind, _, key_slot, _ = parse_key(key)
+        except Malformed:
+            continue  # not the worker's (the audit reports it)
+        if kind == "c" and (manifests_only or (slot is not None and key_slot != slot)):
             continue
         if value is None:
             latest.pop(key, None)
@@ -193,25 +202,154 @@ def decode(records: Iterable[tuple[bytes | None, bytes | None]], *, slot: int | 
             latest[key] = value
     found: list[Checkpoint] = []
     for key, value in latest.items():
-        if not key.startswith(b"m/"):
+        kind, p, key_slot, _ = parse_key(key)
+        if kind != "m" or (slot is not None and key_slot != slot):
             continue
         try:
-            m = json.loads(value)
-            _, p, slot_text = key.decode().split("/")
-            if slot is not None and int(slot_text) != slot:
-                continue
-            ckpt = Checkpoint(m["partition"], int(slot_text), m["id"], m["input_offset"],
-                              m.get("diagnostics_offset"), m.get("taken_at", ""))
+            m = read_manifest(value, p)
+            ckpt = Checkpoint(p, key_slot, m["id"], m["input_offset"],
+                              m.get("diagnostics_offset"), m.get("taken_at") or "")
             for i in range(0 if manifests_only else m["chunks"]):
-                chunk = json.loads(latest[chunk_key(int(p), int(slot_text), i)])
+                chunk = read_chunk(latest[chunk_key(p, key_slot, i)])
                 if chunk["id"] != ckpt.id or chunk["chunk"] != i \
                         or chunk.get("copy") != m.get("copy"):
                     raise KeyError(i)
-                ckpt.items.extend((_raw(k), _raw(v)) for k, v in chunk["items"])
-        except (ValueError, KeyError, TypeError):
-            continue  # incomplete (a chunk overwritten by a newer copy into the slot)
-        found.append(ckpt)
+                ckpt.items.extend(chunk["items"])
+        except (Malformed, KeyError):
+            continue  # incomplete (a chunk overwritten by a newer copy into the slot), or not
+        found.append(ckpt)  # the worker's
     return sorted(found, key=lambda c: (c.input_offset, c.id))
+
+
+# --- reading what the worker wrote, trusting none of it ---------------------------------------
+# Whoever may write a worker-owned topic (an ACL too wide, an admin tool) can put anything
+# there. These read a record strictly, for `decode` here and for `audit` (its other topics).
+
+
+class Malformed(ValueError):
+    """A record of a worker-owned topic that is not one the worker writes. The message says what
+    is wrong and never what the record holds (it may hold anything, message text too)."""
+
+
+# numbers as the worker writes them (%d: no leading zero), so one slot has one key
+_MANIFEST_KEY = re.compile(rb"m/(0|[1-9][0-9]{0,9})/(0|[1-9][0-9]{0,9})")
+_CHUNK_KEY = re.compile(rb"c/(0|[1-9][0-9]{0,9})/(0|[1-9][0-9]{0,9})/([0-9]{6})")
+
+
+def parse_key(key: bytes | None) -> tuple[str, int, int, int | None]:
+    """("m", partition, slot, None) of a manifest's key, ("c", partition, slot, chunk) of a
+    chunk's; Malformed for any other key."""
+    if key is None:
+        raise Malformed("no key")
+    if m := _MANIFEST_KEY.fullmatch(key):
+        return "m", int(m[1]), int(m[2]), None
+    if m := _CHUNK_KEY.fullmatch(key):
+        return "c", int(m[1]), int(m[2]), int(m[3])
+    raise Malformed("a key that is neither m/<partition>/<slot> nor "
+                    "c/<partition>/<slot>/<chunk, 6 digits>")
+
+
+def read_manifest(value: bytes | None, partition: int) -> dict:
+    """A checkpoint/1 manifest whose key names `partition`, its members checked: one that names
+    another partition is not this partition's checkpoint."""
+    m = json_object(value)
+    if m.get("schema") != "checkpoint/1":
+        raise Malformed("not a checkpoint/1 manifest")
+    named = whole_member(m, "partition", 0, PARTITION_MAX)
+    if named != partition:
+        raise Malformed(f"a manifest of partition {named} under a key of partition {partition}")
+    whole_member(m, "id", 0, OFFSET_MAX)
+    whole_member(m, "input_offset", 0, OFFSET_MAX)
+    whole_member(m, "diagnostics_offset", 0, OFFSET_MAX, null=True)
+    whole_member(m, "chunks", 0, MAX_CHUNKS)
+    text_member(m, "copy", null=True, absent=True)
+    text_member(m, "taken_at", absent=True)
+    return m
+
+
+def read_chunk(value: bytes | None) -> dict:
+    """A checkpoint-chunk/1, its members checked, its items as (state key, state value)
+    bytes: each was written as a [key, value] pair of strings (`_text`)."""
+    c = json_object(value)
+    if c.get("schema") != "checkpoint-chunk/1":
+        raise Malformed("not a checkpoint-chunk/1 chunk")
+    whole_member(c, "id", 0, OFFSET_MAX)
+    whole_member(c, "chunk", 0, MAX_CHUNKS)
+    text_member(c, "copy", null=True, absent=True)
+    items = c.get("items")
+    try:
+        if type(items) is not list or not all(type(i) is list and len(i) == 2 for i in items):
+            raise TypeError
+        c["items"] = [(_raw(k), _raw(v)) for k, v in items]
+    except (TypeError, AttributeError, UnicodeError):  # not str, or a surrogate _text never
+        raise Malformed("items: not a list of [key, value] strings") from None  # writes
+    return c
+
+
+def json_object(raw: bytes | None) -> dict:
+    """The JSON object a worker-owned record holds, read strictly: UTF-8, no NaN or Infinity, no
+    member named twice (DESIGN 1.2: two parsers would read it two ways); Malformed otherwise."""
+    if raw is None:
+        raise Malformed("no value")
+    try:
+        doc = json.loads(raw.decode("utf-8"), object_pairs_hook=_members,
+                         parse_constant=_no_constant)
+    except Malformed:
+        raise
+    except UnicodeDecodeError:
+        raise Malformed("not UTF-8") from None
+    except RecursionError:
+        raise Malformed("not JSON: nested too deeply") from None
+    except ValueError:
+        raise Malformed("not JSON") from None
+    if not isinstance(doc, dict):
+        what = {list: "an array", str: "a string", bool: "true or false", type(None): "null"}
+        raise Malformed(f"JSON {what.get(type(doc), 'a number')}, not an object")
+    return doc
+
+
+def whole_member(doc: dict, name: str, lowest: int, highest: int, *,
+                 null: bool = False) -> int | None:
+    """Member `name`, a whole number from `lowest` to `highest` (None with `null`)."""
+    if name not in doc:
+        raise Malformed(f"{name}: missing")
+    value = doc[name]
+    if value is None and null:
+        return None
+    if type(value) is not int or not lowest <= value <= highest:
+        raise Malformed(f"{name}: not a whole number from {lowest} to {highest}")
+    return value
+
+
+def text_member(doc: dict, name: str, *, null: bool = False, absent: bool = False
+                ) -> str | None:
+    """Member `name`, a string of Unicode text (one a UTF-8 key can hold), or None when it may
+    be null or absent."""
+    if name not in doc and absent:
+        return None
+    if name not in doc:
+        raise Malformed(f"{name}: missing")
+    value = doc[name]
+    if value is None and null:
+        return None
+    if type(value) is not str:
+        raise Malformed(f"{name}: not a string")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise Malformed(f"{name}: not Unicode text (a lone surrogate)") from None
+    return value
+
+
+def _members(pairs: list[tuple[str, object]]) -> dict:
+    doc = dict(pairs)
+    if len(doc) != len(pairs):
+        raise Malformed("an object names a member twice")
+    return doc
+
+
+def _no_constant(name: str) -> object:
+    raise Malformed("not JSON: NaN/Infinity are not JSON")
 
 
 class Checkpointer:

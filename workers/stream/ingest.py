@@ -34,10 +34,12 @@ from faust.types import TP, ConsumerMessage
 
 
 class Inbox:
-    """The input topic's fetched records, as faust messages, oldest first."""
+    """The fetched records of the topics the processor reads, as faust messages, oldest first:
+    the input topic, and transcript.control (read with the input partition of its number)."""
 
-    def __init__(self, topic: str, maxsize: int) -> None:
-        self.topic = topic
+    def __init__(self, topic: str, maxsize: int, control: str | None = None) -> None:
+        self.topic = topic  # the input topic
+        self.topics = frozenset({topic} if control is None else {topic, control})
         self.maxsize = maxsize
         self.app: Any = None  # set by attach(), before the consumer starts fetching
         self._items: deque[ConsumerMessage] = deque()
@@ -56,7 +58,7 @@ class Inbox:
         rest: dict[TP, list] = {}
         mine: dict[TP, list] = {}
         for tp, batch in records.items():
-            (mine if tp.topic == self.topic else rest)[tp] = batch
+            (mine if tp.topic in self.topics else rest)[tp] = batch
         if not mine:
             return rest
         generation = self.app.consumer_generation_id
@@ -77,14 +79,15 @@ class Inbox:
         if size > self.maxsize:  # pause every input partition, or each adds one more fetch
             consumer = self.app.consumer
             for tp in consumer.assignment():
-                if tp.topic == self.topic and tp not in self._full:
+                if tp.topic in self.topics and tp not in self._full:
                     consumer.on_buffer_full(tp)
                     self._full.add(tp)
         return rest
 
     def pending(self) -> Counter[int]:
-        """Messages held per input partition (the lag gauge; read at a scrape, not per record)."""
-        return Counter(m.partition for m in self._items)
+        """Input messages held per partition (the lag gauge; read at a scrape, not per record)."""
+        topic = self.topic
+        return Counter(m.partition for m in self._items if m.topic == topic)
 
     async def take(self, max_items: int, linger_s: float) -> list[ConsumerMessage]:
         """At least one message; more if they arrive within `linger_s`, up to `max_items`."""
@@ -160,9 +163,11 @@ def read_committed(app: faust.App, *, offsets_in_transactions: bool = False) -> 
 
 
 def input_topic(app: faust.App, inbox: Inbox) -> faust.TopicT:
-    """Subscribe the worker's consumer to the input topic, with acks (offsets we ack commit)."""
-    topic = app.topic(inbox.topic, key_type=bytes, value_type=bytes, key_serializer="raw",
-                      value_serializer="raw", acks=True)
+    """Subscribe the worker's consumer to the inbox's topics, with acks (offsets we ack commit).
+    They have one partition count, so faust's assignor gives partition p of each to one
+    worker (a co-partitioned group, as the session table's changelog)."""
+    topic = app.topic(*sorted(inbox.topics), key_type=bytes, value_type=bytes,
+                      key_serializer="raw", value_serializer="raw", acks=True)
     app.topics.add(topic)
     inbox.attach(app)
     return topic

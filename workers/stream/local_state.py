@@ -102,6 +102,9 @@ def verdict(store: Store, changelog: Changelog, marker: Marker | None) -> str | 
     return None
 
 
+SESSIONS = "sessions"  # the worker's faust table (its changelog and local state are checked)
+
+
 def changelog_topic(topic_prefix: str, app_id: str, table: str) -> str:
     """faust's name for a table's changelog: `<app id>-<table>-changelog`, where faust's app id
     is the prefixed TRANSCRIPT_APP_ID (topics.yaml: `{app_id}-sessions-changelog`)."""

@@ -17,6 +17,7 @@ ENTRIES = "transcript.entries"
 DIAGNOSTICS = "transcript.diagnostics"
 DLQ = "delivery.confirmations.dlq"
 ERASURES = "transcript.erasures"
+CONTROL = "transcript.control"  # the operator's: session-erase/1 only (workers/core/control.py)
 
 # A dead letter must fit the DLQ topic (max.message.bytes 2 MiB in topics.yaml, measured on the
 # record batch) and the producer's request (4 MiB), whatever arrived: an input record passes the
@@ -41,6 +42,7 @@ class Source(NamedTuple):
     offset: int
     key: bytes | None
     value: bytes
+    headers: tuple[tuple[str, bytes], ...] | list | None = ()  # as the client gives them
 
 
 class OutRecord(NamedTuple):  # a NamedTuple, as Source: one or more are built per record

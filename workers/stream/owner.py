@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
-from schemas import CONFIRMATION, Invalid, read_input
+from schemas import CONFIRMATION, ERASE, Invalid, read_input
 from workers.core import (
     Outcome,
     Seen,
@@ -25,6 +25,16 @@ from workers.core import (
     failed,
     session_key_of,
 )
+from workers.core.control import (
+    CONTROL_OFFSET_HEADER,
+    CONTROL_TAKES_ERASES,
+    NOT_ITS_PARTITION,
+    Admit,
+    admit_erase,
+    clamped,
+    control_offset,
+    ticket,
+)
 from workers.stream.outputs import CONFIRMATIONS, OutRecord, Source, encode
 from workers.stream.partitioning import partition_for
 
@@ -35,7 +45,9 @@ class Step(NamedTuple):
     NamedTuples here and in the core's results: one of each is built per record, at a third
     of a frozen dataclass's cost (which sets every field through object.__setattr__)."""
 
-    outcome: str  # an outcome kind, or "rekeyed" when the record is forwarded to its own partition
+    # an outcome kind; "rekeyed" when the record is forwarded to its own partition, and
+    # "forwarded" for an erase of transcript.control forwarded into the input (core/control.py)
+    outcome: str
     sends: list[OutRecord]
     session_key: str | None = None
     head: SessionHead | None = None  # the session's new head; None: leave it as it is
@@ -44,6 +56,9 @@ class Step(NamedTuple):
     # a session-erase: before storing `head`, tombstone the session's stored state (its head
     # and every remembered send_id; the shell's store finds them, e.g. by a prefix scan)
     erase: bool = False
+    # a forwarded erase's ticket: (control offset, digest) to keep, (control offset, None) to
+    # spend; None: nothing
+    ticket: tuple[int, str | None] | None = None
 
 
 @dataclass
@@ -52,6 +67,7 @@ class Owner:
     dedupe_window: timedelta
     clock: Callable[[], datetime]  # the entries' written_at
     counts: Counter = field(default_factory=Counter)
+    control: str | None = None  # the cluster name of transcript.control (None: none read)
 
     def handle(self, source: Source, view: StateView, now: datetime | None = None) -> Step:
         """`now`: the worker's clock for this record (default: the written_at clock)."""
@@ -71,10 +87,22 @@ class Owner:
         record = read_input(source.value)
         if isinstance(record, Invalid):
             return self._dead(dead_letter(record.reason), source)
+        if source.topic == self.control:
+            return self._forward(record, source)
         send_id = record.send_id if record.schema_ == CONFIRMATION else None
         key = session_key_of(record)
         if isinstance(key, Invalid):
             return self._dead(dead_letter(key.reason, send_id=send_id), source)
+        spend = None
+        if record.schema_ == ERASE:  # the trust boundary: workers/core/control.py
+            at = control_offset(source.headers)
+            held = view.ticket(key, at) if at is not None and at >= 0 else None
+            admitted = admit_erase(source.offset, source.value, at, held, view.cutover())
+            if not isinstance(admitted, Admit):
+                return self._dead(dead_letter(admitted, key), source)
+            if admitted.ticket is not None:
+                spend = (admitted.ticket, None)
+                record = _erased_at(record, clamped(record.erased_at, now or self.clock()))
         if partitions is not None:
             home = partition_for(key, partitions)
             if source.key != key.encode() or source.partition != home:
@@ -89,11 +117,38 @@ class Owner:
         new_head = None if decision.head is head else decision.head
         seen = None if decision.seen is None else (send_id, decision.seen)
         return Step(outcome.kind, sends, key, new_head, seen, outcome,  # type: ignore[arg-type]
-                    erase=outcome.kind == "erased")
+                    erase=outcome.kind == "erased", ticket=spend)
+
+    def _forward(self, record: object, source: Source) -> Step:
+        """A record of transcript.control: an erase is forwarded into its input partition,
+        where it is decided in the session's order; the session holds its ticket meanwhile."""
+        if getattr(record, "schema_", None) != ERASE:
+            return self._dead(dead_letter(CONTROL_TAKES_ERASES), source)
+        key = session_key_of(record)  # type: ignore[arg-type]
+        if isinstance(key, Invalid):
+            return self._dead(dead_letter(key.reason), source)
+        if self.partitions is not None and (
+                source.key != key.encode() or source.partition != partition_for(
+                    key, self.partitions)):
+            return self._dead(dead_letter(NOT_ITS_PARTITION, key), source)
+        copy = OutRecord(CONFIRMATIONS, key.encode(), source.value, source.partition,
+                         ((CONTROL_OFFSET_HEADER, str(source.offset).encode()),))
+        return Step("forwarded", [copy], key, ticket=(source.offset, ticket(source.value)))
 
     def _dead(self, outcome: Outcome, source: Source) -> Step:
         return Step("dead_letter", encode(outcome, source, self.partitions or 1),
                     decided=outcome)
+
+
+def _erased_at(record: object, at: datetime) -> object:
+    """`record` (a pydantic model or a msgspec Struct of schemas) with another `erased_at`."""
+    if at == record.erased_at:  # type: ignore[attr-defined]
+        return record
+    if hasattr(record, "model_copy"):
+        return record.model_copy(update={"erased_at": at})  # type: ignore[attr-defined]
+    import msgspec
+
+    return msgspec.structs.replace(record, erased_at=at)  # type: ignore[arg-type]
 
 
 def rekey(source: Source, key: str, partition: int) -> OutRecord:

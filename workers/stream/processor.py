@@ -118,6 +118,7 @@ class Processor:
         self.producer: Any = None
         self._generation: int | None = None
         self._cursors: dict[TP, _Cursor] = {}
+        self._cut: set[TP] = set()  # input partitions whose erase cut-over is known
         self.store = SessionStore(
             lambda p: table.data._db_for_partition(p), owner.dedupe_window, cache_size)
         self._partitions: list[int] = []  # the input partitions of this generation
@@ -198,7 +199,8 @@ class Processor:
             cursors = await self._starts()
             if app.consumer_generation_id == generation and app.flow_control.is_active():
                 self._generation, self._cursors = generation, cursors
-                self._partitions = sorted(tp.partition for tp in cursors)
+                self._cut = set()
+                self._partitions = sorted({tp.partition for tp in cursors})
                 self.store.forget_cache()  # another worker may have owned these sessions
         # No await from here to track_message: a revocation cannot start in between.
         consumer = app.consumer
@@ -244,13 +246,13 @@ class Processor:
 
     async def _starts(self) -> dict[TP, _Cursor]:
         """Where each assigned input partition must start in this generation."""
-        tps = [tp for tp in self.app.consumer.assignment() if tp.topic == self.source_name]
+        tps = [tp for tp in self.app.consumer.assignment() if tp.topic in self.inbox.topics]
         if not tps:
             return {}
         committed = await self.committed(tps)
         earliest = await self.app.consumer.earliest_offsets(*tps)
         if self.checkpoints is not None:
-            await self._diagnostics_ends([tp.partition for tp in tps])
+            await self._diagnostics_ends(sorted({tp.partition for tp in tps}))
         return {
             tp: _Cursor(start=c if (c := committed.get(tp)) is not None and c >= 0
                         else earliest.get(tp, 0))
@@ -279,8 +281,9 @@ class Processor:
         store = self.store
         names, counts = self.topic_names, self.topic_partitions
         by_partition: dict[int, list[Record]] = {}  # input partition -> its records' outputs
-        next_offset: dict[int, int] = {}  # input partition -> the offset to commit
-        source_name = self.source_name
+        # input partition -> the offsets to commit: of the input topic, and of transcript.control
+        next_offset: dict[int, dict[str, int]] = {}
+        self._cut_over(messages)
         dead: list[str | None] = []
         written: list[float] = []
         self.clock.tick()
@@ -292,8 +295,12 @@ class Processor:
             ts = m.timestamp
             now = wall if ts is None or ts >= wall_s else datetime.fromtimestamp(ts, UTC)
             store.partition = m.partition
-            step = handle(Source(source_name, m.partition, m.offset, m.key, m.value), store, now)
-            next_offset[m.partition] = m.offset + 1
+            step = handle(Source(m.topic, m.partition, m.offset, m.key, m.value, m.headers),
+                          store, now)
+            offsets = next_offset.get(m.partition)
+            if offsets is None:
+                offsets = next_offset[m.partition] = {}
+            offsets[m.topic] = m.offset + 1
             outcome = step.outcome
             if outcome == "written":
                 if ts is not None:
@@ -315,6 +322,8 @@ class Processor:
                 store.erase(step.session_key)
             if step.head is not None or step.seen is not None:
                 store.remember(step.session_key, step.head, step.seen)
+            if step.ticket is not None:
+                store.hold(step.session_key, *step.ticket)
         store.sweep(self._partitions, max(1, len(messages) // SWEEP_SHARE))
         writes = store.take_writes()
         changelog = self.table.changelog_topic_name
@@ -330,8 +339,26 @@ class Processor:
             self._apply(records, await send_all(self.producer, records))
         return dead, written
 
+    def _cut_over(self, messages: list) -> None:
+        """The first batch that reads an input partition without an erase cut-over writes it:
+        the offset this generation starts the partition at (workers/core/control.py). Read
+        once per partition and generation."""
+        for m in messages:
+            tp = m.tp
+            if tp in self._cut or m.topic != self.source_name:
+                continue
+            self._cut.add(tp)
+            store = self.store
+            store.partition = m.partition
+            if store.cutover() is None:
+                start = self._cursors[tp].start
+                store.set_cutover(m.partition, start)
+                log.info("partition %s: session-erase/1 on the input topic is obeyed below "
+                         "offset %s only (the erase cut-over; later ones come through "
+                         "transcript.control)", m.partition, start)
+
     async def _commit_transactions(self, by_partition: dict[int, list[Record]],
-                                   next_offset: dict[int, int], writes: list,
+                                   next_offset: dict[int, dict[str, int]], writes: list,
                                    changelog: str, extra: dict[int, list[Record]] | None = None
                                    ) -> None:
         """Each input partition's outputs, state and offset in one transaction; the local
@@ -360,11 +387,13 @@ class Processor:
         all), each partition's at the offset this batch starts it from (the state in its store
         is the state there: this batch's writes are still pending), or, for a copy begun in an
         earlier batch, its next part from that batch's snapshot."""
-        positions: dict[int, int] = {}
+        positions: dict[int, int] = {}  # input partition -> its offset (not control's)
+        source = self.source_name
         for m in messages:
-            positions.setdefault(m.partition, m.offset)
+            if m.topic == source:
+                positions.setdefault(m.partition, m.offset)
         for tp, cursor in self._cursors.items():
-            if tp.partition not in positions:
+            if tp.topic == source and tp.partition not in positions:
                 positions[tp.partition] = cursor.next if cursor.next is not None else cursor.start
         checkpoints = self.checkpoints
         extra = checkpoints.take(wall_s, positions, self.table.data._db_for_partition)

@@ -32,7 +32,7 @@ from workers.core import (
     parse_seen_key,
     seen_key,
 )
-from workers.core.state import SEEN_KEYS_FROM, micros
+from workers.core.state import CUTOVER_KEY, SEEN_KEYS_FROM, micros, ticket_key
 
 log = logging.getLogger("transcript_owner.state")
 _MICROSECOND = timedelta(microseconds=1)
@@ -82,7 +82,29 @@ class SessionStore:
         raw = self._get(seen_key(key, send_id))
         return None if raw is None else Seen.from_bytes(raw)
 
+    def ticket(self, key: str, control_offset: int) -> str | None:
+        raw = self._get(ticket_key(key, control_offset))
+        return None if raw is None else raw.decode("ascii", "replace")
+
+    def cutover(self) -> int | None:
+        raw = self._get(CUTOVER_KEY)
+        if raw is None:
+            return None
+        try:
+            return int(raw)
+        except ValueError:
+            raise UnreadableState("the partition's erase cut-over is not an offset") from None
+
     # --- writes ---------------------------------------------------------------------------
+
+    def hold(self, key: str, control_offset: int, digest: str | None) -> None:
+        """Keep a forwarded erase's ticket (None: spend it), in `pending` like every write."""
+        self.pending[(self.partition, ticket_key(key, control_offset))] = \
+            None if digest is None else digest.encode("ascii")
+
+    def set_cutover(self, partition: int, offset: int) -> None:
+        """The partition's erase cut-over, written once, with the first batch that reads it."""
+        self.pending[(partition, CUTOVER_KEY)] = str(offset).encode("ascii")
 
     def remember(self, key: str, head: SessionHead | None, seen: tuple[str, Seen] | None) -> None:
         """Store a step's changes (in `pending` until the batch is written)."""

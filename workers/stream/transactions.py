@@ -6,7 +6,8 @@ KIP-447), so the broker cannot fence a zombie by group generation; it fences by 
 id instead: the partition's next owner starts a producer with the same id, which aborts the old
 owner's open transaction and bumps the epoch, so the old owner can never commit again. Each
 transaction holds the partition's outputs (entries, diagnostics, dead letters, re-keyed records),
-its changelog records, and its input offset (`send_offsets_to_transaction`), so all of them
+its changelog records, and its input offsets (`send_offsets_to_transaction`: of the input
+partition and of the same partition of transcript.control, read with it), so all of them
 become visible to read_committed readers together, or none do.
 
 Why not one producer per worker with KIP-447 (confluent-kafka): it would mean a second Kafka
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from workers.stream.batch_send import Record, send_all
@@ -38,8 +39,8 @@ def transactional_id(group: str, partition: int) -> str:
 class PartitionProducers:
     """The transactional producers of the input partitions this worker owns."""
 
-    def __init__(self, new_producer: Callable[[str], Any], group: str, input_topic: str) -> None:
-        self.new_producer, self.group, self.input_topic = new_producer, group, input_topic
+    def __init__(self, new_producer: Callable[[str], Any], group: str) -> None:
+        self.new_producer, self.group = new_producer, group
         self._producers: dict[int, Any] = {}
         self.results = {"committed": 0, "aborted": 0}  # transactions so far (the metrics)
 
@@ -81,9 +82,10 @@ class PartitionProducers:
         await self.revoke(list(self._producers))
 
     async def commit(self, partition: int, records: Sequence[Record],
-                     next_offset: int | None) -> list[int]:
-        """Send `records` and commit the input offset `next_offset` (None: leave it) in one
-        transaction; the offsets the records were written at."""
+                     next_offsets: Mapping[str, int] | None) -> list[int]:
+        """Send `records` and commit the next offsets of partition `partition` of the topics
+        read (the input, transcript.control; None: leave them) in one transaction; the offsets
+        the records were written at."""
         producer = self._producers.get(partition)
         if producer is None:
             raise TransactionFailed(f"partition {partition} has no producer (not assigned)")
@@ -94,11 +96,12 @@ class PartitionProducers:
                                     f"{type(exc).__name__}: {exc}") from exc
         try:
             offsets = await send_all(producer, records)
-            if next_offset is not None:
+            if next_offsets:
                 from aiokafka import TopicPartition
 
                 await producer.send_offsets_to_transaction(
-                    {TopicPartition(self.input_topic, partition): next_offset}, self.group)
+                    {TopicPartition(topic, partition): offset
+                     for topic, offset in next_offsets.items()}, self.group)
             await producer.commit_transaction()
             self.results["committed"] += 1
         except Exception as exc:

@@ -30,14 +30,14 @@ from workers.settings import (
 from workers.stream import local_state
 from workers.stream.checkpoints import CHECKPOINTS, Checkpointer
 from workers.stream.ingest import Inbox, input_topic, read_committed, scheduler_for
-from workers.stream.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES, ERASURES
+from workers.stream.outputs import CONFIRMATIONS, CONTROL, DIAGNOSTICS, DLQ, ENTRIES, ERASURES
 from workers.stream.owner import Owner
 from workers.stream.processor import EXIT_FATAL, BatchClock, Processor
 from workers.stream.transactions import PartitionProducers
 
 log = logging.getLogger("transcript_owner.worker")
 COMMITTED_OFFSETS_TIMEOUT_S = 120.0  # then the worker exits (70) and its supervisor restarts it
-SESSIONS = "sessions"  # the faust table (build_app) whose changelog and local state are checked
+SESSIONS = local_state.SESSIONS  # the faust table of build_app
 EXIT_STALE_STATE = 75  # faust found local state ahead of its changelog: discarded, restart me
 
 
@@ -148,7 +148,7 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
     import faust
 
     PromptTableManager = _prompt_table_manager()
-    inbox = Inbox(ks.topic(CONFIRMATIONS), maxsize=2 * ws.max_batch)
+    inbox = Inbox(ks.topic(CONFIRMATIONS), maxsize=2 * ws.max_batch, control=ks.topic(CONTROL))
     app = faust.App(
         ks.topic_prefix + ws.app_id,
         broker=";".join(f"kafka://{h.strip()}" for h in ks.bootstrap.split(",")),
@@ -193,13 +193,14 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
     clock = BatchClock()
     owner = Owner(
         partitions=ws.partitions, dedupe_window=timedelta(days=ws.dedupe_window_days), clock=clock,
+        control=ks.topic(CONTROL),
     )
     new_producer = producer_factory(ks, app.conf.id, ws.transaction_timeout_s)
     metrics, health = metrics or Metrics(), Health(ws.liveness_timeout_s)
     health.attach(app)
     transactions = checkpoints = None
     if exactly_once:
-        transactions = PartitionProducers(new_producer, app.conf.id, inbox.topic)
+        transactions = PartitionProducers(new_producer, app.conf.id)
         metrics.transactions = lambda: transactions.results
         checkpoints = Checkpointer(ks.topic(CHECKPOINTS), ws.checkpoint_interval_s,
                                    ws.checkpoint_keep, ws.checkpoint_keys_per_batch)
@@ -352,7 +353,7 @@ def check_topics(ks: KafkaSettings, ws: WorkerSettings) -> dict[str, int] | str:
     changelog = local_state.changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS)
     counts = {}
     try:
-        for name in (*(ks.topic(n) for n in (CONFIRMATIONS, ENTRIES, DIAGNOSTICS, DLQ,
+        for name in (*(ks.topic(n) for n in (CONFIRMATIONS, CONTROL, ENTRIES, DIAGNOSTICS, DLQ,
                                               ERASURES)),
                      changelog):
             parts = consumer.partitions_for_topic(name)
@@ -362,7 +363,7 @@ def check_topics(ks: KafkaSettings, ws: WorkerSettings) -> dict[str, int] | str:
                             f"{ks.sasl_username!r} may not describe it: run `transcript-owner "
                             "topics apply` as an admin (topics.yaml: topics and acls)")
                 return f"topic {name} does not exist: run `transcript-owner topics apply`"
-            if name in (ks.topic(CONFIRMATIONS), ks.topic(ENTRIES), changelog) \
+            if name in (ks.topic(CONFIRMATIONS), ks.topic(CONTROL), ks.topic(ENTRIES), changelog) \
                     and len(parts) != ws.partitions:
                 return (f"topic {name} has {len(parts)} partitions, "
                         f"TRANSCRIPT_PARTITIONS is {ws.partitions}")

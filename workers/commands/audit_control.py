@@ -1,0 +1,71 @@
+"""What `audit` needs to replay erasures as the worker decided them (workers/core/control.py).
+
+- **The cut-over** of each input partition: the offset from which erases on the input are
+  obeyed only as forwarded copies of transcript.control. The worker keeps it in its state
+  (key `["cutover"]` of the partition's changelog); audit reads it from there.
+- **The tickets**: every record of the partition of transcript.control, through the same step
+  as the worker's (`Owner.handle`). Each valid erase leaves its ticket in the replay's state,
+  so that its forwarded copy, read later on the input, erases there and spends it; each
+  invalid one is a dead letter the DLQ must hold (source topic transcript.control).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from workers.core import MemoryState
+from workers.core.state import CUTOVER_KEY
+from workers.settings import KafkaSettings
+from workers.stream.outputs import DLQ, Source
+from workers.stream.owner import Owner
+
+
+def cutovers(ks: KafkaSettings, changelog: str) -> dict[int, int | str]:
+    """Per input partition, its erase cut-over (absent: not known); for a value that is not
+    an offset, the `malformed` finding to report (the partition is then audited without one)."""
+    from workers.kafka_io import end_offsets, read
+
+    out: dict[int, int | str] = {}
+    if not end_offsets(ks, changelog):
+        return out
+    for r in read(ks, changelog):
+        if r.key != CUTOVER_KEY:
+            continue
+        if r.value is None:
+            out.pop(r.partition, None)
+        elif r.value.isdigit() and len(r.value) <= 19:
+            out[r.partition] = int(r.value)
+        else:
+            out[r.partition] = (f"{changelog} partition {r.partition} offset {r.offset}: the "
+                                "erase cut-over is not an offset")
+    return out
+
+
+def replay_control(ks: KafkaSettings, owner: Owner, partition: int,
+                   state: MemoryState) -> tuple[int, set[tuple[int, int]], Any]:
+    """Replay partition `partition` of transcript.control into `state` (its tickets): the
+    records read, the offsets that must be dead letters, and the outcomes."""
+    from collections import Counter
+
+    from workers.kafka_io import end_offsets, read
+
+    topic = owner.control
+    dead: set[tuple[int, int]] = set()
+    outcomes: Counter = Counter()
+    if topic is None or not end_offsets(ks, topic):
+        return 0, dead, outcomes
+    wall = datetime.now(UTC)
+    n = 0
+    for r in read(ks, topic, partitions=[partition]):
+        n += 1
+        now = min(datetime.fromtimestamp(r.timestamp / 1000, UTC), wall) if r.timestamp >= 0 \
+            else wall
+        step = owner.handle(Source(topic, partition, r.offset, r.key, r.value or b"",
+                                   tuple(r.headers or ())), state, now)
+        outcomes[step.outcome] += 1
+        if step.ticket is not None and step.session_key is not None:
+            state.hold(step.session_key, *step.ticket)
+        if any(out.topic == DLQ for out in step.sends):
+            dead.add((partition, r.offset))
+    return n, dead, outcomes
