@@ -250,7 +250,8 @@ class WorkerSettings(BaseModel):
     # far above any topic of this deployment (8 by default) and finite
     partitions: int = Field(default=8, ge=1, le=10_000)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    # README, "Operating": /livez /readyz /metrics; no port, no server (0: any free port)
+    # docs/operating.md, "Endpoints": /livez /readyz /metrics; no port, no server (0: any
+    # free port)
     http_host: str = Field(default="127.0.0.1", min_length=1, max_length=253,
                            pattern=r"^[A-Za-z0-9.:_-]+$")
     http_port: int | None = Field(default=None, ge=0, le=65535)
@@ -264,14 +265,16 @@ class WorkerSettings(BaseModel):
     max_batch: int = Field(default=20_000, ge=1, le=1_000_000)
     # a batch of fewer records waits this long to fill: a second adds a second to latency
     linger_ms: float = Field(default=1.0, ge=0, le=1000, allow_inf_nan=False)
-    # README, "Processing guarantee": exactly_once commits each input partition's share of a
-    # batch in one Kafka transaction; at_least_once is the cheaper mode before 1.1
+    # docs/guarantees.md, "Processing guarantee": exactly_once commits each input partition's
+    # share of a batch in one Kafka transaction; at_least_once is the cheaper mode before 1.1
     processing_guarantee: Literal["exactly_once", "at_least_once"] = "exactly_once"
     # SIGTERM: the batch in flight is finished (or its transactions abort) within this time
     shutdown_timeout_s: float = Field(default=30.0, ge=1.0, le=3600, allow_inf_nan=False)
-    # an open transaction of a worker that died is aborted after this (or at once, when the
-    # partition's next owner starts); read_committed readers wait for it until then
-    transaction_timeout_s: float = Field(default=60.0, ge=1.0, le=900, allow_inf_nan=False)
+    # an open transaction of a worker that died or froze is aborted after this (or at once, when
+    # the worker restarts with the same id); a partition's next owner and read_committed
+    # readers wait for it until then. 10 s as Kafka Streams' exactly-once default: a batch's
+    # transaction lasts well under a second
+    transaction_timeout_s: float = Field(default=10.0, ge=1.0, le=900, allow_inf_nan=False)
     # audit past input retention (workers.stream.checkpoints): a copy of each partition's state
     # per interval, `keep` of them (interval x keep must exceed the input's retention)
     checkpoint_interval_s: float = Field(default=86400.0, ge=0.1, le=7 * 86400,

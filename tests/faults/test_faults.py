@@ -404,10 +404,11 @@ def test_wiped_local_state_recovers_from_changelog(ks, env, feed, workers, tmp_p
 
 def test_a_stalled_worker_is_fenced_when_its_partitions_move(ks, env, feed, workers, tmp_path):
     """A zombie: the worker is frozen (SIGSTOP) in the middle of its work, past its session
-    timeout, while a second worker takes its partitions over (and, starting their producers,
-    fences it). Woken (SIGCONT), whatever it still tries to commit is refused by the broker:
-    it exits 70; or, if it noticed the rebalance first, it rejoins the group with new
-    producers. Either way a read_committed reader sees nothing twice and nothing missing."""
+    timeout, while a second worker takes its partitions over (it waits until the zombie's open
+    transaction has timed out). Woken (SIGCONT), whatever it still tries to commit is refused by
+    the broker (its offsets carry an older generation): it exits 70; or, if it noticed the
+    rebalance first, it rejoins the group. Either way a read_committed reader sees nothing twice
+    and nothing missing."""
     began = time.monotonic()
     feeder = feed(ks, seed=606)
     entries = Collector(ks, ks.topic(ENTRIES))

@@ -1,26 +1,48 @@
-"""The exactly-once building blocks against the broker: a partition's next owner fences the last
-one (its open transaction aborts, it can never commit again), and a store is topped up from the
-changelog read_committed (an aborted batch's state is never applied)."""
+"""The exactly-once building blocks against the broker: one transactional producer per worker,
+fenced by the consumer group's generation (KIP-447). A member of an older generation cannot
+commit; a restart with the same transactional id ends the last incarnation's open transaction;
+a partition's next owner waits for the transactions open on its changelog (settle) and reads
+only stable committed offsets; a store is topped up from the changelog read_committed (an
+aborted batch's state is never applied)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient
+from kafka.errors import KafkaError
 
 from workers.kafka_io import consumer
 from workers.settings import kafka_settings
-from workers.stream import local_state
+from workers.stream import local_state, worker
+from workers.stream.adapter import GroupMember
+from workers.stream.batch_send import send_all
 from workers.stream.outputs import CONFIRMATIONS, ENTRIES
-from workers.stream.transactions import PartitionProducers, TransactionFailed
-from workers.stream.worker import producer_factory
+from workers.stream.transactions import BatchTransactions, TransactionFailed
+from workers.stream.worker import committed_offsets, producer_factory
 
 pytestmark = pytest.mark.kafka
 
 
-def committed_values(ks, topic: str, partition: int) -> list[bytes]:
+def ends(ks, topic: str, partition: int) -> tuple[int, int]:
+    """(last stable offset, high watermark) of one partition."""
+    tp = TopicPartition(topic, partition)
+    stable, raw = consumer(ks), consumer(ks, isolation_level="read_uncommitted")
+    try:
+        return stable.end_offsets([tp])[tp], raw.end_offsets([tp])[tp]
+    finally:
+        stable.close()
+        raw.close()
+
+
+def committed_values(ks, topic: str, partition: int, *, settle: bool = True) -> list[bytes]:
+    """The partition's values read_committed, once no transaction is open on it (`settle`: a
+    commit's markers are written after commit_transaction returns)."""
+    if settle:
+        local_state.settle(ks, [(topic, partition)], timeout_s=30)
     c = consumer(ks)  # read_committed
     try:
         tp = TopicPartition(topic, partition)
@@ -46,38 +68,157 @@ def group_offset(ks, group: str, topic: str, partition: int) -> int | None:
         admin.close()
 
 
-def test_the_next_owner_fences_the_last_and_aborts_its_open_transaction(env, topics):
+async def until(done, what: str, *members, timeout_s: float = 60.0) -> None:
+    """Fetch with every consumer in `members` (their group work goes on meanwhile) until
+    `done()`, at most `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"not within {timeout_s:.0f}s: {what}"
+        await asyncio.gather(*(m.getmany(timeout_ms=100) for m in members))
+
+
+def test_a_member_of_an_older_generation_cannot_commit(env, topics):
+    from aiokafka import AIOKafkaConsumer
+
     ks = kafka_settings(env)
     group, source, entries = ks.topic_prefix + "fence", ks.topic(CONFIRMATIONS), ks.topic(ENTRIES)
-    record = (entries, 0, b"k", b"", ())
+
+    def record(value: bytes):
+        return (entries, 0, b"k", value, ())
+
+    async def scenario() -> None:
+        def member() -> AIOKafkaConsumer:
+            return AIOKafkaConsumer(source, **ks.kafka_python_kwargs(), group_id=group,
+                                    enable_auto_commit=False, heartbeat_interval_ms=100,
+                                    auto_offset_reset="earliest")
+
+        a, b = member(), member()
+        new = producer_factory(ks, group)
+        txns = BatchTransactions(new, f"{group}-w1")
+        try:
+            await a.start()
+            await until(lambda: a.assignment(), "A is assigned", a)
+            old = GroupMember(group, a._coordinator.generation, a._coordinator.member_id, None)
+            await txns.start()
+            await txns.commit([record(b"first")], {(source, 3): 5}, old)
+            # off the loop: the members keep heartbeating meanwhile
+            assert await asyncio.to_thread(committed_values, ks, entries, 0) == [b"first"]
+            assert await asyncio.to_thread(group_offset, ks, group, source, 3) == 5
+
+            # B joins: the group moves to a new generation, and A's partitions are split
+            await b.start()
+            await until(lambda: (a._coordinator.generation > old.generation_id
+                                 and a._coordinator.generation == b._coordinator.generation
+                                 and a.assignment() and b.assignment()),
+                        "a new generation assigns A and B", a, b)
+            with pytest.raises(TransactionFailed, match="ILLEGAL_GENERATION|UNKNOWN_MEMBER_ID"):
+                await txns.commit([record(b"zombie")], {(source, 3): 9}, old)
+            # the refused transaction is aborted on the broker, not only in the client: nothing
+            # of it stays open (a next commit on this producer would otherwise commit it)
+            # (its markers follow the abort's answer: allowed 10 s, a sixth of its timeout)
+            await asyncio.to_thread(local_state.settle, ks, [(entries, 0)], 10)
+            assert await asyncio.to_thread(committed_values, ks, entries, 0) == [b"first"]
+            assert await asyncio.to_thread(group_offset, ks, group, source, 3) == 5
+
+            # as A of the current generation, the same producer commits
+            now = GroupMember(group, a._coordinator.generation, a._coordinator.member_id, None)
+            await txns.commit([record(b"current")], {(source, 3): 7}, now)
+        finally:
+            await txns.close()
+            await b.stop()
+            await a.stop()
+
+    asyncio.run(scenario())
+    assert committed_values(ks, entries, 0) == [b"first", b"current"]
+    assert group_offset(ks, group, source, 3) == 7
+
+
+def test_a_restart_with_the_same_transactional_id_ends_the_open_transaction(env, topics):
+    ks = kafka_settings(env)
+    group, entries = ks.topic_prefix + "restart", ks.topic(ENTRIES)
+    record = (entries, 1, b"k", b"", ())
 
     async def scenario() -> None:
         new = producer_factory(ks, group, transaction_timeout_s=60)
-        old, nxt = (PartitionProducers(new, group) for _ in range(2))
-        await old.assign([3])
-        await old.commit(3, [(*record[:3], b"committed", ())], next_offsets={source: 5})
-        # the old owner stalls in the middle of a transaction ...
-        producer = old._producers[3]
-        await producer.begin_transaction()
-        from workers.stream.batch_send import send_all
-        await send_all(producer, [(*record[:3], b"open", ())])
-        # ... the next owner takes the partition over: its open transaction aborts at once
-        await nxt.assign([3])
-        assert committed_values(ks, entries, 0) == [b"committed"]
+        x, y = (BatchTransactions(new, f"{group}-w1") for _ in range(2))
+        await x.start()
+        await x.commit([(*record[:3], b"committed", ())], {}, group)
+        assert committed_values(ks, entries, 1) == [b"committed"]
+        # the last incarnation stalls in the middle of a transaction ...
+        await x.producer.begin_transaction()
+        await send_all(x.producer, [(*record[:3], b"open", ())])
+        stable, high = ends(ks, entries, 1)
+        assert stable < high  # the open transaction holds the last stable offset back
+        # ... the worker restarts with the same transactional id: that transaction is over
+        await y.start()
+        stable, high = ends(ks, entries, 1)
+        assert stable == high, "the restart left the last incarnation's transaction open"
+        assert committed_values(ks, entries, 1, settle=False) == [b"committed"]
         with pytest.raises(Exception):  # noqa: B017  (fenced: aiokafka's error type varies)
-            await producer.commit_transaction()
-        await old.close()
-        # the old owner, fenced, cannot commit a new transaction either
-        zombie = PartitionProducers(new, group)
-        zombie._producers[3] = producer
-        with pytest.raises(TransactionFailed):
-            await zombie.commit(3, [(*record[:3], b"zombie", ())], next_offsets={source: 9})
-        await nxt.commit(3, [(*record[:3], b"next", ())], next_offsets={source: 7})
-        await nxt.close()
+            await x.producer.commit_transaction()
+        await x.close()
+        await y.commit([(*record[:3], b"restarted", ())], {}, group)
+        await y.close()
 
     asyncio.run(scenario())
-    assert committed_values(ks, entries, 0) == [b"committed", b"next"]
-    assert group_offset(ks, group, source, 3) == 7
+    assert committed_values(ks, entries, 1) == [b"committed", b"restarted"]
+
+
+def test_settle_waits_for_a_transaction_open_on_the_changelog(env, topics):
+    ks = kafka_settings(env)
+    changelog = local_state.changelog_topic(ks.topic_prefix, "transcript-owner", "sessions")
+    group = ks.topic_prefix + "settle"
+
+    async def scenario() -> None:
+        txns = BatchTransactions(producer_factory(ks, group), f"{group}-w1")
+        await txns.start()
+        await txns.commit([(changelog, 2, b"a", b"1", ())], {}, group)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, local_state.settle, ks, [(changelog, 2)], 30)
+        producer = txns.producer
+        await producer.begin_transaction()
+        await send_all(producer, [(changelog, 2, b"a", b"2", ())])
+        with pytest.raises(local_state.SettleTimeout, match=rf"{changelog}\[2\]"):
+            await loop.run_in_executor(None, local_state.settle, ks, [(changelog, 2)], 2)
+        await producer.commit_transaction()
+        await loop.run_in_executor(None, local_state.settle, ks, [(changelog, 2)], 60)
+        stable, high = ends(ks, changelog, 2)
+        assert stable == high
+        await txns.close()
+
+    asyncio.run(scenario())
+    assert committed_values(ks, changelog, 2, settle=False) == [b"1", b"2"]
+
+
+def test_committed_offsets_wait_for_a_pending_transactional_offset_commit(env, topics,
+                                                                         monkeypatch):
+    from aiokafka import TopicPartition as AioTopicPartition
+
+    ks = kafka_settings(env)
+    group, source = ks.topic_prefix + "stable", ks.topic(CONFIRMATIONS)
+    tp = TopicPartition(source, 4)
+    monkeypatch.setattr(worker, "COMMITTED_OFFSETS_TIMEOUT_S", 3.0)
+
+    async def scenario() -> None:
+        txns = BatchTransactions(producer_factory(ks, group), f"{group}-w1")
+        await txns.start()
+        await txns.commit([], {(source, 4): 5}, group)  # a group without members: plain id
+        committed = committed_offsets(ks, group)
+        assert await committed([tp]) == {tp: 5}
+        producer = txns.producer
+        await producer.begin_transaction()
+        await producer.send_offsets_to_transaction({AioTopicPartition(source, 4): 9}, group)
+        # the offset commit is pending: the old offset is not an answer
+        began = time.monotonic()
+        with pytest.raises(KafkaError):
+            await committed([tp])
+        assert time.monotonic() - began >= 2.5
+        await producer.commit_transaction()
+        assert await committed([tp]) == {tp: 9}
+        await txns.close()
+
+    asyncio.run(scenario())
+    assert group_offset(ks, group, source, 4) == 9
 
 
 def test_top_up_applies_committed_changelog_records_and_skips_aborted_ones(env, topics,
@@ -89,21 +230,22 @@ def test_top_up_applies_committed_changelog_records_and_skips_aborted_ones(env, 
     group = ks.topic_prefix + "topup"
 
     async def write() -> None:
-        txns = PartitionProducers(producer_factory(ks, group), group)
-        await txns.assign([1])
-        await txns.commit(1, [(changelog, 1, b"a", b"1", ()), (changelog, 1, b"b", b"1", ())],
-                          None)
-        producer = txns._producers[1]
+        txns = BatchTransactions(producer_factory(ks, group), f"{group}-w1")
+        await txns.start()
+        await txns.commit([(changelog, 1, b"a", b"1", ()), (changelog, 1, b"b", b"1", ())],
+                          {}, group)
+        producer = txns.producer
         await producer.begin_transaction()
-        from workers.stream.batch_send import send_all
         await send_all(producer, [(changelog, 1, b"a", b"aborted", ()),
                                   (changelog, 1, b"c", b"aborted", ())])
         await producer.abort_transaction()
-        await txns.commit(1, [(changelog, 1, b"b", None, ()), (changelog, 1, b"d", b"2", ())],
-                          None)
+        await txns.commit([(changelog, 1, b"b", None, ()), (changelog, 1, b"d", b"2", ())],
+                          {}, group)
         await txns.close()
 
     asyncio.run(write())
+    # as the worker does: the changelog is final once no transaction is open on it
+    local_state.settle(ks, [(changelog, 1)], timeout_s=30)
     options = rocksdict.Options(raw_mode=True)
     options.create_if_missing(True)
     db = rocksdict.Rdict(str(tmp_path / "sessions-1.db"), options=options)

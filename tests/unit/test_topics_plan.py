@@ -8,7 +8,7 @@ import pytest
 
 from workers.settings import SettingsError, WorkerSettings
 from workers.stream import local_state
-from workers.stream.transactions import transactional_id
+from workers.stream.transactions import worker_transactional_id
 from workers.topics import (
     AclBinding,
     ObservedTopic,
@@ -164,11 +164,12 @@ def test_repo_acls_give_each_principal_what_it_needs_and_no_more():
         ("topic", "p.blue-sessions-changelog", "literal", "Write"),
         ("topic", "p.blue-__assignor-__leader", "literal", "Read"),
         ("group", "p.blue", "literal", "Read"),
-        # the exactly-once producers' ids are "<group>-<partition>" (workers.stream.transactions)
+        # the exactly-once producer's id is "<group>-<worker>" (workers.stream.transactions)
         ("transactional_id", "p.blue-", "prefixed", "Write"),
         ("transactional_id", "p.blue-", "prefixed", "Describe"),
     }
-    assert transactional_id("p.blue", 7).startswith("p.blue-")
+    assert worker_transactional_id("p.blue", "pod-0", "/s").startswith("p.blue-")
+    assert worker_transactional_id("p.blue", None, "/s").startswith("p.blue-")
     assert _bindings(acls, "User:connector") == {
         ("topic", "p.delivery.confirmations", "literal", "Write"),
         ("topic", "p.delivery.confirmations", "literal", "Describe")}

@@ -369,11 +369,51 @@ def _restore(ks, tabledir: Path, table: str, changelog: Changelog) -> tuple[int,
     return len(due), applied
 
 
+class SettleTimeout(Exception):
+    """A transaction stayed open on a partition past the transaction timeout."""
+
+
+def settle(ks, partitions: Iterable[tuple[str, int]], timeout_s: float,  # noqa: ANN001
+           poll_s: float = 0.05) -> None:
+    """Return once every transaction open on these (topic, partition)s when asked has ended:
+    each one's last stable offset (a read_committed end) has reached its high watermark as it
+    was then. A partition's new owner calls it before it reads the changelog: the last owner's
+    last transaction may be committing still (its markers are written after the commit
+    returns), and a last owner that stalled holds its transaction open until it learns it was
+    fenced or the transaction times out; in either case the changelog is final only after."""
+    from kafka import TopicPartition
+
+    from workers.kafka_io import consumer
+
+    tps = [TopicPartition(topic, p) for topic, p in partitions]
+    if not tps:
+        return
+    deadline = time.monotonic() + timeout_s
+    raw = consumer(ks, client_id="transcript-owner-settle", isolation_level="read_uncommitted")
+    try:
+        wanted = raw.end_offsets(tps)  # high watermarks
+    finally:
+        raw.close()
+    stable = consumer(ks, client_id="transcript-owner-settle")
+    try:
+        while True:
+            ends = stable.end_offsets(tps)  # last stable offsets
+            open_ = sorted(f"{tp.topic}[{tp.partition}]" for tp in tps if ends[tp] < wanted[tp])
+            if not open_:
+                return
+            if time.monotonic() > deadline:
+                raise SettleTimeout(f"a transaction stayed open on {', '.join(open_)} for "
+                                    f"{timeout_s:.0f}s")
+            time.sleep(poll_s)
+    finally:
+        stable.close()
+
+
 def top_up(ks, topic: str, dbs: Mapping[int, object]) -> int:  # noqa: ANN001
     """Bring the open partition stores `dbs` (faust's) up to their changelog's end as it is now;
     returns the records applied. The exactly-once worker calls it when it is assigned
-    partitions, once their producers have fenced the last owner (workers.stream.transactions): the
-    changelog is final then, and faust's own recovery, which waits for the offset before a
+    partitions, once the last owner's transactions have ended (settle): the changelog is final
+    then, and faust's own recovery, which waits for the offset before a
     changelog's end and never gets it when that is a transaction marker, has nothing left."""
     from kafka import TopicPartition
 

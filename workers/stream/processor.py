@@ -1,22 +1,23 @@
 """The worker's hot path: batches of input messages through `Owner.handle`, outputs, state, acks.
 
-For each batch, in this order (README, "Processing guarantee"):
+For each batch, in this order (docs/guarantees.md, "Processing guarantee"):
   1. decide every record (core) against the session store (workers.stream.session_store: the batch's
      pending writes over the local RocksDB), then one bounded upkeep slice (expiry, migration);
-  2. exactly-once (the default): for each input partition of the batch, one Kafka transaction
-     holds its records' outputs (entries, diagnostics, dead letters, re-keyed records), its
-     state changes (changelog records) and its next input offset (workers.stream.transactions); the
-     partitions' transactions run side by side;
+  2. exactly-once (the default): one Kafka transaction holds the batch's outputs (entries,
+     diagnostics, dead letters, re-keyed records), its state changes (changelog records), the
+     checkpoint parts due and the next offsets of every input partition in it, committed
+     with the consumer's group generation (workers.stream.transactions);
      at-least-once: all outputs are sent and acked, then the state changes (changelog);
   3. only then are the state changes written to the local RocksDB, and
   4. the input messages acked: faust's bookkeeping (and, at-least-once, its offset commit).
 A transaction that fails exits the worker (70) with nothing of the batch applied locally: the
-next start fences the partitions' transactional ids, reads the changelog to its end and starts
-at the committed offsets, so nothing is repeated or skipped. At-least-once, a crash between 2
-and 3 repeats entries (same key, same content); nothing is ever skipped.
+next owner of each partition waits for the transactions open on it to end, reads the changelog
+to its end and starts at the committed offsets, so nothing is repeated or skipped.
+At-least-once, a crash between 2 and 3 repeats entries (same key, same content); nothing is
+ever skipped.
 
-SIGTERM: the batch in flight finishes (its transactions commit) within the shutdown timeout, or
-is cancelled (its transactions abort); faust then leaves the group.
+SIGTERM: the batch in flight finishes (its transaction commits) within the shutdown timeout, or
+is cancelled (its transaction aborts); faust then leaves the group.
 
 Rebalances: a batch is only started while flow control is active (faust's recovery is done) and
 its messages are tracked before the first await, so faust's revocation waits for the batch to be
@@ -49,6 +50,7 @@ from faust.types import TP, ConsumerMessage
 
 from workers.ops.health import Health
 from workers.ops.metrics import Metrics
+from workers.stream.adapter import GroupMember
 from workers.stream.batch_send import Record, send_all
 from workers.stream.checkpoints import Checkpointer
 from workers.stream.ingest import Inbox
@@ -57,7 +59,7 @@ from workers.stream.outputs import DIAGNOSTICS, Source
 from workers.stream.owner import Owner
 from workers.stream.partitioning import murmur2
 from workers.stream.session_store import SessionStore
-from workers.stream.transactions import PartitionProducers
+from workers.stream.transactions import BatchTransactions
 
 log = logging.getLogger("transcript_owner.processor")
 EXIT_FATAL = 70
@@ -66,6 +68,8 @@ _LARGE_GAP = 1000  # a skipped range this long is worth a warning (records lost 
 
 # the group's committed offsets for these partitions (None where nothing is committed)
 CommittedOffsets = Callable[[list[TP]], Awaitable[dict[TP, int | None]]]
+# the group member this worker is in a generation (its offsets' fence: workers.stream.adapter)
+MemberOf = Callable[[int], GroupMember]
 
 
 class BatchClock:
@@ -98,15 +102,15 @@ class Processor:
         topic_partitions: dict[str, int], committed: CommittedOffsets,
         new_producer: Callable[[], Any], clock: BatchClock, *, max_batch: int = 20_000,
         linger_s: float = 0.001, cache_size: int = 200_000,
-        transactions: PartitionProducers | None = None, batch_stop_s: float = 15.0,
-        metrics: Metrics | None = None, health: Health | None = None,
-        checkpoints: Checkpointer | None = None,
+        transactions: BatchTransactions | None = None, member: MemberOf | None = None,
+        batch_stop_s: float = 15.0, metrics: Metrics | None = None,
+        health: Health | None = None, checkpoints: Checkpointer | None = None,
     ) -> None:
         self.metrics = metrics or Metrics()
         self.health = health or Health(liveness_timeout_s=float("inf"))
-        # exactly-once: each input partition's share of a batch in one transaction
-        # (workers.stream.transactions); None: at-least-once through one idempotent producer
-        self.transactions = transactions
+        # exactly-once: a batch in one transaction (workers.stream.transactions), its offsets
+        # committed as `member(generation)`; None: at-least-once through one idempotent producer
+        self.transactions, self.member = transactions, member
         self.batch_stop_s = batch_stop_s  # SIGTERM: the batch in flight gets this long
         self.clock = clock  # the owner's clock: ticked at the start of each batch
         self.committed, self.new_producer = committed, new_producer
@@ -131,6 +135,8 @@ class Processor:
             if self.transactions is None:
                 self.producer = self.new_producer()
                 await self.producer.start()
+            else:
+                await self.transactions.start()
             while not self.app.should_stop:
                 messages = await self.inbox.take(self.max_batch, self.linger_s)
                 # shielded: a stop (SIGTERM) lets the batch in flight finish (see below)
@@ -148,16 +154,16 @@ class Processor:
 
     async def _stop(self, batch: asyncio.Future | None) -> None:
         """The worker is stopping: the batch in flight commits (or, past the shutdown timeout,
-        its transactions abort), then the producers close."""
+        its transaction aborts), then the producer closes."""
         if batch is not None and not batch.done():
             log.info("stopping: finishing the batch in flight (at most %.0fs)",
                      self.batch_stop_s)
             try:
                 await asyncio.wait_for(asyncio.shield(batch), self.batch_stop_s)
             except TimeoutError:
-                batch.cancel()  # its transactions abort: nothing of it is visible
+                batch.cancel()  # its transaction aborts: nothing of it is visible
                 log.warning("stopping: the batch in flight did not finish within %.0fs; its "
-                            "transactions are aborted and it is processed again after the "
+                            "transaction is aborted and it is processed again after the "
                             "restart", self.batch_stop_s)
             except Exception:
                 log.exception("fatal: the batch in flight failed while stopping")
@@ -260,9 +266,9 @@ class Processor:
         }
 
     async def _diagnostics_ends(self, partitions: list[int]) -> None:
-        """Where each partition's diagnostics end, for its checkpoints: the producers of the
-        generation are started, so the partitions' last owners are fenced and their
-        transactions complete, and only this worker writes there now."""
+        """Where each partition's diagnostics end, for its checkpoints: the transactions of the
+        partitions' last owners have ended (worker.on_assigned settles them), and only this
+        worker writes there now."""
         self.checkpoints.forget()
         topic = self.topic_names[DIAGNOSTICS]
         try:
@@ -361,26 +367,26 @@ class Processor:
                                    next_offset: dict[int, dict[str, int]], writes: list,
                                    changelog: str, extra: dict[int, list[Record]] | None = None
                                    ) -> None:
-        """Each input partition's outputs, state and offset in one transaction; the local
-        state is written only once they all committed (a failure exits: see run)."""
-        state: dict[int, list[Record]] = {}
-        for p, k, v in writes:  # a session's state lives in its input partition's changelog
-            state.setdefault(p, []).append((changelog, p, k, v, ()))
-        extra = extra or {}
-        partitions = sorted(set(by_partition) | set(state) | set(next_offset) | set(extra))
-        results = await asyncio.gather(*(
-            self.transactions.commit(p, [*by_partition.get(p, ()), *extra.get(p, ()),
-                                         *state.get(p, ())], next_offset.get(p))
-            for p in partitions), return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
+        """The batch in one transaction: every partition's outputs, checkpoint parts, state and
+        offsets; the local state is written only once it committed (a failure exits: see run)."""
+        state: list[Record] = [(changelog, p, k, v, ()) for p, k, v in writes]
+        records: list[Record] = []
+        outputs: dict[int, tuple[int, int]] = {}  # partition -> its outputs' slice of records
+        for p, sends in by_partition.items():
+            outputs[p] = (len(records), len(records) + len(sends))
+            records.extend(sends)
+        for parts in (extra or {}).values():
+            records.extend(parts)
+        records.extend(state)  # a session's state lives in its input partition's changelog
+        offsets = {(topic, p): offset for p, by_topic in next_offset.items()
+                   for topic, offset in by_topic.items()}
+        written = await self.transactions.commit(records, offsets, self.member(self._generation))
         checkpoints, diagnostics = self.checkpoints, self.topic_names.get(DIAGNOSTICS)
-        for p, offsets in zip(partitions, results, strict=True):
-            if checkpoints is not None and p in by_partition:
-                checkpoints.note_sent(p, diagnostics, by_partition[p], offsets)
-            if p in state:
-                self._apply(state[p], offsets[-len(state[p]):])
+        if checkpoints is not None:
+            for p, (first, end) in outputs.items():
+                checkpoints.note_sent(p, diagnostics, by_partition[p], written[first:end])
+        if state:
+            self._apply(state, written[len(records) - len(state):])
 
     def _checkpoint(self, messages: list, wall_s: float) -> dict[int, list[Record]]:
         """This batch's share of the checkpoints due (at most `keys_per_batch` state keys in

@@ -28,12 +28,13 @@ from workers.settings import (
     worker_settings,
 )
 from workers.stream import local_state
+from workers.stream.adapter import GroupMember, membership
 from workers.stream.checkpoints import CHECKPOINTS, Checkpointer
 from workers.stream.ingest import Inbox, input_topic, read_committed, scheduler_for
 from workers.stream.outputs import CONFIRMATIONS, CONTROL, DIAGNOSTICS, DLQ, ENTRIES, ERASURES
 from workers.stream.owner import Owner
 from workers.stream.processor import EXIT_FATAL, BatchClock, Processor
-from workers.stream.transactions import PartitionProducers
+from workers.stream.transactions import BatchTransactions, worker_transactional_id
 
 log = logging.getLogger("transcript_owner.worker")
 COMMITTED_OFFSETS_TIMEOUT_S = 120.0  # then the worker exits (70) and its supervisor restarts it
@@ -62,19 +63,25 @@ def credentials(ks: KafkaSettings):
 
 
 def committed_offsets(ks: KafkaSettings, group: str):  # noqa: ANN201
-    """The group's committed offsets, asked of the cluster (once per rebalance, off the loop)."""
-    from kafka.admin import KafkaAdminClient
+    """The group's committed offsets, asked of the cluster (once per rebalance, off the loop).
+    Stable ones (KIP-447 require_stable, which a read_committed consumer asks for): while an
+    offset commit of a transaction that has not ended is pending on a partition, the broker
+    answers UNSTABLE_OFFSET_COMMIT and the ask is repeated, so a partition's new owner never
+    starts below what its last owner's last transaction commits."""
+    from kafka import KafkaConsumer, TopicPartition
     from kafka.errors import KafkaError
 
-    admin: list[KafkaAdminClient] = []
+    client: list[KafkaConsumer] = []
     lock = threading.Lock()
 
-    def connect() -> KafkaAdminClient:
-        with lock:
-            if not admin:
-                admin.append(KafkaAdminClient(**ks.kafka_python_kwargs(),
-                                              client_id=f"{group}-offsets"))
-            return admin[0]
+    def connect() -> KafkaConsumer:
+        with lock:  # a consumer that never subscribes: it asks, it does not join the group
+            if not client:
+                client.append(KafkaConsumer(**ks.kafka_python_kwargs(), group_id=group,
+                                            client_id=f"{group}-offsets",
+                                            isolation_level="read_committed",
+                                            enable_auto_commit=False))
+            return client[0]
 
     def warm_up() -> None:
         try:
@@ -88,18 +95,22 @@ def committed_offsets(ks: KafkaSettings, group: str):  # noqa: ANN201
 
     def ask(tps: list) -> dict:
         deadline, pause = time.monotonic() + COMMITTED_OFFSETS_TIMEOUT_S, 0.2
-        while True:
-            try:
-                found = connect().list_group_offsets(group).get(group, {})
-                break
-            except KafkaError as exc:  # e.g. the coordinator moved or is loading after a restart
-                if not getattr(exc, "retriable", False) or time.monotonic() > deadline:
-                    raise
-                log.warning("committed offsets not readable yet (%s); retrying", type(exc).__name__)
-                time.sleep(pause)
-                pause = min(2.0, pause * 2)
-        return {tp: (o.offset if (o := found.get((tp.topic, tp.partition))) else None)
-                for tp in tps}
+        found: dict = {}
+        for tp in tps:
+            while True:
+                left_ms = max(1000, int((deadline - time.monotonic()) * 1000))
+                try:
+                    found[tp] = connect().committed(TopicPartition(tp.topic, tp.partition),
+                                                    timeout_ms=left_ms)
+                    break
+                except KafkaError as exc:  # the coordinator moved or loads; a transaction ends
+                    if not getattr(exc, "retriable", False) or time.monotonic() > deadline:
+                        raise
+                    log.warning("committed offsets not readable yet (%s); retrying",
+                                type(exc).__name__)
+                    time.sleep(pause)
+                    pause = min(2.0, pause * 2)
+        return found
 
     async def committed(tps: list) -> dict:
         return await asyncio.get_running_loop().run_in_executor(None, ask, tps)
@@ -108,8 +119,8 @@ def committed_offsets(ks: KafkaSettings, group: str):  # noqa: ANN201
 
 
 def producer_factory(ks: KafkaSettings, app_id: str, transaction_timeout_s: float = 60.0):  # noqa: ANN201
-    """The processor's producers: idempotent, acks from all in-sync replicas, large batches;
-    `new_producer(transactional_id)` for the exactly-once worker's, one per input partition."""
+    """The processor's producer: idempotent, acks from all in-sync replicas, large batches;
+    `new_producer(transactional_id)` for the exactly-once worker's (one per worker)."""
 
     def new_producer(transactional_id: str | None = None):  # noqa: ANN202  (on the running loop)
         from aiokafka import AIOKafkaProducer
@@ -198,21 +209,28 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
     new_producer = producer_factory(ks, app.conf.id, ws.transaction_timeout_s)
     metrics, health = metrics or Metrics(), Health(ws.liveness_timeout_s)
     health.attach(app)
-    transactions = checkpoints = None
+    transactions = checkpoints = member = None
     if exactly_once:
-        transactions = PartitionProducers(new_producer, app.conf.id)
+        transactions = BatchTransactions(new_producer, worker_transactional_id(
+            app.conf.id, ws.instance_id, app.conf.datadir))
         metrics.transactions = lambda: transactions.results
+
+        def member(generation: int) -> GroupMember:
+            return GroupMember(app.conf.id, generation, membership(app).member_id,
+                               ws.instance_id)
+
         checkpoints = Checkpointer(ks.topic(CHECKPOINTS), ws.checkpoint_interval_s,
                                    ws.checkpoint_keep, ws.checkpoint_keys_per_batch)
-        on_assigned(app, ks, transactions, inbox.topic,
-                    local_state.changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS), sessions,
-                    metrics, checkpoints)
+        on_assigned(app, ks, transactions, inbox.topic, inbox.topics,
+                    local_state.changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS),
+                    ks.topic(DIAGNOSTICS), sessions, metrics, checkpoints,
+                    settle_timeout_s=ws.transaction_timeout_s + 30)
     processor = Processor(
         app, inbox, sessions, owner,
         {name: ks.topic(name) for name in (CONFIRMATIONS, ENTRIES, DIAGNOSTICS, DLQ, ERASURES)},
         topic_partitions, committed_offsets(ks, app.conf.id), new_producer,
         clock, max_batch=ws.max_batch, linger_s=ws.linger_ms / 1000,
-        transactions=transactions, batch_stop_s=ws.shutdown_timeout_s / 2,
+        transactions=transactions, member=member, batch_stop_s=ws.shutdown_timeout_s / 2,
         metrics=metrics, health=health,
         checkpoints=checkpoints,
     )
@@ -269,16 +287,20 @@ def gauges_reader(app, inbox: Inbox, table, health: Health, metrics: Metrics):  
     return refresh
 
 
-def on_assigned(app, ks: KafkaSettings, transactions: PartitionProducers, input_name: str,  # noqa: ANN001
-                changelog: str, table, metrics: Metrics,  # noqa: ANN001
-                checkpoints: Checkpointer | None = None) -> None:
-    """Exactly-once, at each assignment and before faust's table recovery: close the producers
-    of the last generation, start those of the partitions assigned (fencing their last owners,
-    whose open transactions abort), then bring their local state up to the changelog's end, which is
-    final once fenced. Only then is the committed offset read (Processor._starts) and input
-    processed. A failure here exits (70): the next start does the same from the beginning."""
+def on_assigned(app, ks: KafkaSettings, transactions: BatchTransactions, input_name: str,  # noqa: ANN001
+                read: frozenset[str], changelog: str, diagnostics: str, table,  # noqa: ANN001
+                metrics: Metrics, checkpoints: Checkpointer | None = None, *,
+                settle_timeout_s: float = 90.0) -> None:
+    """Exactly-once, at each assignment and before faust's table recovery: wait until the
+    partitions' last owners' transactions have ended (their offset commits are stable, and no
+    transaction is open on their changelog and diagnostics partitions), then bring their local
+    state up to the changelog's end, which is final then: a last owner that lost the partitions
+    can no longer commit (its offsets carry an older generation). Only then is the committed
+    offset read (Processor._starts) and input processed. A failure here exits (70): the next
+    start does the same from the beginning."""
     tables = app.tables
     recover = tables.on_rebalance
+    stable = committed_offsets(ks, app.conf.id)
 
     async def on_rebalance(assigned, revoked, newly_assigned, generation_id=0):  # noqa: ANN001, ANN202
         if checkpoints is not None:  # its snapshot would hold a store faust closes and reopens
@@ -286,25 +308,27 @@ def on_assigned(app, ks: KafkaSettings, transactions: PartitionProducers, input_
         if app.should_stop:  # an assignment that arrives as the worker stops: faust's stores
             return           # are closing, and the next start takes the partitions over
         try:
-            mine = {tp.partition for tp in assigned if tp.topic == input_name}
+            mine = sorted({tp.partition for tp in assigned if tp.topic == input_name})
             began = time.monotonic()
-            # new producers for every partition of this generation, kept ones too: a worker
-            # that was frozen past its session timeout may hold producers fenced meanwhile
-            await transactions.revoke(transactions.partitions)
-            await transactions.assign(mine)
-            fenced = time.monotonic()
+            # this worker's own last incarnation is fenced once its producer holds its id
+            await transactions.start()
+            await stable([tp for tp in assigned if tp.topic in read])
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, local_state.settle, ks,
+                                       [(topic, p) for topic in (changelog, diagnostics)
+                                        for p in mine], settle_timeout_s)
+            settled = time.monotonic()
             if app.should_stop:
                 return
-            dbs = {p: table.data._db_for_partition(p) for p in sorted(mine)}
-            applied = await asyncio.get_running_loop().run_in_executor(
-                None, local_state.top_up, ks, changelog, dbs)
+            dbs = {p: table.data._db_for_partition(p) for p in mine}
+            applied = await loop.run_in_executor(None, local_state.top_up, ks, changelog, dbs)
             # faust's stores are the only holders again: a stop meanwhile clears them, and a
             # handle kept here would hold the RocksDB lock against their reopening
             del dbs
             metrics.restored += applied
-            log.info("assigned input partitions %s: producers ready in %.2fs, %d changelog "
-                     "records applied in %.2fs", sorted(mine), fenced - began, applied,
-                     time.monotonic() - fenced)
+            log.info("assigned input partitions %s: last owners' transactions ended in %.2fs, "
+                     "%d changelog records applied in %.2fs", mine, settled - began, applied,
+                     time.monotonic() - settled)
         except Exception:
             if app.should_stop:
                 log.info("stopping: the assigned partitions were not taken over")
@@ -312,7 +336,7 @@ def on_assigned(app, ks: KafkaSettings, transactions: PartitionProducers, input_
             log.exception("fatal: the assigned partitions could not be taken over; exiting")
             logging.shutdown()
             os._exit(EXIT_FATAL)
-        if not app.should_stop:  # a stop came while the producers started or the top-up ran
+        if not app.should_stop:  # a stop came while the transactions settled or the top-up ran
             await recover(assigned, revoked, newly_assigned, generation_id)
 
     tables.on_rebalance = on_rebalance
