@@ -117,7 +117,7 @@ def test_guarantee_and_timeouts_are_checked(var, value):
 
 # ---- every numeric setting has a finite range, named in its error ---------------------------
 
-# variable, reader, its range as the error names it (README, "Configuration")
+# variable, reader, its range as the error names it (docs/configuration.md)
 NUMERIC = [
     ("TRANSCRIPT_REPLICATION_FACTOR", kafka_settings, "a whole number from 1 to 32767", 1, 32767),
     ("TRANSCRIPT_DEDUPE_WINDOW_DAYS", worker_settings,

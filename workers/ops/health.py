@@ -1,5 +1,5 @@
 """Whether the worker is live and ready, from faust's rebalance signals and the hot path's
-progress (README, "Operating").
+progress (docs/operating.md, "Endpoints").
 
 Ready: the group assigned this worker its partitions (possibly none) and their state is
 recovered, so it processes input. A rebalance makes it unready from the revocation until the

@@ -1,4 +1,4 @@
-"""The worker's HTTP endpoints, served on its own event loop (README, "Operating"):
+"""The worker's HTTP endpoints, served on its own event loop (docs/operating.md):
 GET /livez, /readyz and /metrics. On the loop, not a thread: a worker whose loop is stuck stops
 answering, and its liveness probe fails.
 

@@ -1,4 +1,4 @@
-"""The worker's metrics (README, "Operating"): counted per batch on the hot path as plain
+"""The worker's metrics (docs/operating.md, "Metrics"): counted per batch on the hot path as plain
 numbers, rendered in Prometheus's text format when scraped.
 
 The hot path pays for what it cannot avoid (a comparison per record, a bucket lookup per written

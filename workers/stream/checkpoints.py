@@ -39,9 +39,9 @@ lone surrogate, so they round-trip). `diagnostics_offset`: the offset of
 `transcript.diagnostics` partition p at X (every diagnostic of a record before X is below it,
 every later one at or above; null when the worker could not tell).
 
-Cost (README, "Audit"): a checkpoint copies the partition's state (a head per session and a
-record per send_id remembered in the dedupe window) once per interval: with the default of a
-day, one copy per partition per day, and `keep` copies (9: the 7 days of input retention, plus
+Cost (docs/audit-and-erasure.md): a checkpoint copies the partition's state (a head per session
+and a record per send_id remembered in the dedupe window) once per interval: with the default
+of a day, one copy per partition per day, and `keep` copies (9: the 7 days of input retention, plus
 margin) on disk. Between checkpoints a batch pays one comparison of the clock. A batch carries
 at most `KEYS_PER_BATCH` state keys of checkpoints (about 14 MB, built in about 0.1 s), so no
 transaction grows with a partition's state. Starting a copy overwrites its slot's chunks, so

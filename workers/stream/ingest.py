@@ -128,10 +128,11 @@ def read_committed(app: faust.App, *, offsets_in_transactions: bool = False) -> 
 
     Connectors may publish in transactions, and an aborted confirmation was never confirmed:
     it must get no outcome. faust 0.15 reads `read_uncommitted` unless its own
-    `processing_guarantee="exactly_once"` is on (which this worker does not use: README,
-    "Processing guarantee"). aiokafka's consumer hands its isolation level to the Fetcher it
-    builds at start, so setting it between construction and start is enough. The aborted
-    records' offsets then never arrive; the processor acks such gaps with the next batch.
+    `processing_guarantee="exactly_once"` is on (which this worker does not use:
+    docs/guarantees.md, "Processing guarantee"). aiokafka's consumer hands its isolation level
+    to the Fetcher it builds at start, so setting it between construction and start is enough.
+    The aborted records' offsets then never arrive; the processor acks such gaps with the next
+    batch.
 
     With `offsets_in_transactions` (exactly-once), the input offsets are committed by the
     batch's transactions (workers.stream.transactions), never by the consumer: faust's commit keeps

@@ -93,7 +93,7 @@ const SASL_MECHANISMS: Record<string, "plain" | "scram-sha-256" | "scram-sha-512
 };
 
 /**
- * Options from the environment variables the worker reads (README "Configuration"):
+ * Options from the environment variables the worker reads (docs/configuration.md):
  * KAFKA_BOOTSTRAP, TRANSCRIPT_TOPIC_PREFIX, TRANSCRIPT_PARTITIONS, KAFKA_SECURITY_PROTOCOL,
  * KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD, KAFKA_SSL_CAFILE,
  * KAFKA_SSL_CERTFILE, KAFKA_SSL_KEYFILE. Throws ConnectorError naming the variable.
