@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from workers.stream.partitioning import partition_for
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
-PARTITIONS = 8
+PARTITIONS = 8  # the default partition count; bench/run.py --partitions sets the run's own
 # the worker's processing guarantee (TRANSCRIPT_PROCESSING_GUARANTEE); the first is the default
 GUARANTEES = ("exactly_once", "at_least_once")
 # a partition this many offsets behind or fewer is read to see whether they hold any record
@@ -28,28 +29,67 @@ assert BOOTSTRAP.split(",")[0].rsplit(":", 1)[0] in ("127.0.0.1", "localhost"), 
     "the benchmark only talks to a broker on loopback"
 
 
+_run = {"partitions": PARTITIONS, "topics_file": None}  # set_partitions(): this run's
+
+
+def partitions() -> int:
+    """The run's partition count: of every topic it creates, the worker's TRANSCRIPT_PARTITIONS
+    and the preload partitioner (PARTITIONS unless set_partitions() said otherwise)."""
+    return _run["partitions"]
+
+
+# topics.yaml's `defaults:` block up to the digits of its `partitions:`
+_DEFAULT_PARTITIONS = re.compile(r"^(defaults:[ \t]*\n(?:(?:[ \t]+.*|[ \t]*)\n)*?"
+                                 r"[ \t]+partitions:[ \t]*)(\d+)", re.MULTILINE)
+
+
+def set_partitions(n: int, workdir: Path) -> None:
+    """Every topic of the run on `n` partitions. `topics apply` then reads a copy of topics.yaml
+    in `workdir` with its `defaults: partitions:` replaced by `n` (topics.yaml itself when its
+    default is `n` already); a topic the file gives a count of its own (faust's leader topic, 1)
+    keeps it."""
+    if n < 1:
+        raise ValueError(f"partitions must be at least 1, not {n}")
+    text = (ROOT / "topics.yaml").read_text(encoding="utf-8")
+    m = _DEFAULT_PARTITIONS.search(text)
+    if m is None:
+        raise RuntimeError("topics.yaml: no `defaults: partitions:` line to replace")
+    path = None
+    if int(m.group(2)) != n:
+        path = workdir / "topics.yaml"
+        path.write_text(text[:m.start(2)] + str(n) + text[m.end(2):], encoding="utf-8")
+        import yaml
+
+        if yaml.safe_load(path.read_text(encoding="utf-8"))["defaults"]["partitions"] != n:
+            raise RuntimeError(f"{path}: the default partition count is not {n}")
+    _run.update(partitions=n, topics_file=path)
+
+
 def env_for(prefix: str, **extra: str) -> dict[str, str]:
     e = dict(os.environ)
     e.update(KAFKA_BOOTSTRAP=BOOTSTRAP, TRANSCRIPT_TOPIC_PREFIX=prefix, PYTHONUNBUFFERED="1",
-             **extra)
+             TRANSCRIPT_PARTITIONS=str(partitions()), **extra)
     return e
 
 
 def topics_apply(prefix: str, app_id: str) -> None:
-    """The deployment's topics, the changelog of worker app `app_id` among them."""
-    done = subprocess.run([sys.executable, "-m", "workers", "topics", "apply"], cwd=ROOT,
+    """The deployment's topics, the changelog of worker app `app_id` among them, on the run's
+    partition count (set_partitions)."""
+    file = [] if _run["topics_file"] is None else ["--file", str(_run["topics_file"])]
+    done = subprocess.run([sys.executable, "-m", "workers", "topics", *file, "apply"], cwd=ROOT,
                           env=env_for(prefix, TRANSCRIPT_APP_ID=app_id), capture_output=True,
                           timeout=120)
     if done.returncode != 0:
         raise RuntimeError(f"topics apply failed: {done.stderr.decode()}")
 
 
-def create_topic(name: str, partitions: int = PARTITIONS) -> None:
+def create_topic(name: str, partitions_n: int | None = None) -> None:
+    """A topic of `partitions_n` partitions (default: the run's, partitions())."""
     from kafka.admin import NewTopic
 
     admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
     try:
-        admin.create_topics([NewTopic(name, partitions, 1)])
+        admin.create_topics([NewTopic(name, partitions_n or partitions(), 1)])
     finally:
         admin.close()
 
@@ -72,10 +112,11 @@ async def _preload(topic: str, records: list[tuple[bytes | None, bytes]]) -> flo
                          max_batch_size=512 * 1024, max_request_size=4 * 1024 * 1024)
     await p.start()
     t0 = time.perf_counter()
+    n = partitions()
     try:
         futures = []
         for key, value in records:
-            part = partition_for(key.decode(), PARTITIONS) if key else None
+            part = partition_for(key.decode(), n) if key else None
             futures.append(await p.send(topic, value, key=key, partition=part))
         await asyncio.gather(*futures)
     finally:
@@ -274,10 +315,61 @@ def peak_rss_mb(pid: int) -> float | None:
     return None
 
 
+BROKER_PORTS = frozenset(int(hp.rsplit(":", 1)[1]) for hp in BOOTSTRAP.split(","))
+TCP_ESTABLISHED = "01"
+
+
+def broker_connections(pid: int, ports: frozenset[int] = BROKER_PORTS) -> int | None:
+    """Established TCP connections of process `pid` to the broker: its sockets (the inodes of
+    /proc/<pid>/fd) among the entries of /proc/<pid>/net/tcp and tcp6 in state 01
+    (ESTABLISHED) whose remote port is one of `ports`; None when the process is gone."""
+    inodes = set()
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            target = os.readlink(fd)
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    n = 0
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            # sl local_address rem_address st ... uid timeout inode
+            if len(f) > 9 and f[3] == TCP_ESTABLISHED and f[9] in inodes \
+                    and int(f[2].rsplit(":", 1)[1], 16) in ports:
+                n += 1
+    return n
+
+
+def transactional_ids(group: str) -> int | None:
+    """Transactional ids the broker knows whose names begin `<group>-` (the worker's are
+    `<group>-<worker>`): ListTransactions (KafkaAdminClient.list_transactions) lists every id
+    its coordinators hold, ended transactions' too; None when it cannot be read."""
+    admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
+    try:
+        listed = admin.list_transactions()
+        return len({t.transactional_id for ts in listed.values() for t in ts
+                    if t.transactional_id.startswith(group + "-")})
+    except Exception:  # noqa: BLE001  (a detail of the report, never a reason to fail the run)
+        return None
+    finally:
+        admin.close()
+
+
 class WorkerProc:
     """`python -m workers worker` with its own app id, state dir and processing guarantee
     (TRANSCRIPT_PROCESSING_GUARANTEE); output to a log file. `peak_rss_mb()` reads the worker
-    process's VmHWM; stop() reads it too, just before the SIGTERM (`peak_rss_mb_at_stop`)."""
+    process's VmHWM; stop() reads it too, just before the SIGTERM (`peak_rss_mb_at_stop`).
+    `connections()` counts its established connections to the broker."""
 
     def __init__(self, prefix: str, app_id: str, state_dir: Path, log: Path,
                  guarantee: str = GUARANTEES[0]) -> None:
@@ -309,6 +401,12 @@ class WorkerProc:
         """The worker's peak resident set so far (VmHWM), MB; None when it is not running."""
         pid = self.pid()
         return None if pid is None else peak_rss_mb(pid)
+
+    def connections(self) -> int | None:
+        """The worker's established TCP connections to the broker now (broker_connections);
+        None when it is not running."""
+        pid = self.pid()
+        return None if pid is None else broker_connections(pid)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

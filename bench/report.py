@@ -130,7 +130,8 @@ def table(r: dict) -> str:
     lines = [
         f"transcript-owner bench  {r['timestamp']}  nproc={r['machine']['nproc']}  "
         f"python={r['machine']['python']}  kafka={r['machine']['kafka']}",
-        f"input: {n['throughput']:,} synthetic confirmations preloaded on 8 partitions "
+        f"input: {n['throughput']:,} synthetic confirmations preloaded on "
+        f"{r.get('partitions', 8)} partitions (every topic of the run has as many) "
         "(same records for every throughput row" + (", each mode" if modes[0][0] else "")
         + (", the Quix runs on copies of their own)" if _quix(r) else ")"),
         "",
@@ -184,6 +185,14 @@ def table(r: dict) -> str:
             tgt = _target(r, "peak_rss", value=x["peak_rss_mb"], note=" for 200k records")
             lines.append(f"    worker{name} peak RSS (VmHWM) over (c): {x['peak_rss_mb']:,.0f} MB"
                          f", target {tgt}" + (f"; after (d): {after:,.0f} MB" if after else ""))
+    for mode, key, _ in modes:
+        x = t[key]
+        if x.get("connections") is not None or x.get("transactional_ids") is not None:
+            name = f" {mode}" if mode else ""
+            conns, ids = x.get("connections"), x.get("transactional_ids")
+            lines.append(f"    worker{name} at lag 0 of (c), {r.get('partitions', 8)} partitions: "
+                         f"connections to the broker {'n/a' if conns is None else conns}, "
+                         f"transactional ids of its group {'n/a' if ids is None else ids}")
     if x2 is not None:
         sc = r.get("scaling_two_processes") or {}
         parts = x2.get("partitions_per_member")
@@ -194,7 +203,10 @@ def table(r: dict) -> str:
                      f"{sc.get('events_per_s_to_last_output', NAN):.2f}); start-up "
                      f"{x2['startup_s']:.2f}s; input partitions per process: "
                      f"{'+'.join(map(str, parts)) if parts else 'n/a'}; peak RSS "
-                     f"{' / '.join(rss) or 'n/a'} MB")
+                     f"{' / '.join(rss) or 'n/a'} MB" + (
+                         f"; connections {' / '.join(map(str, cs))}, transactional ids "
+                         f"{x2.get('transactional_ids', 'n/a')}"
+                         if (cs := x2.get("connections_per_process")) else ""))
     for name, mode in quix:
         q = t[name]
         lines.append(f"    Quix {mode} start-up: {q['startup_s']:.2f}s; to last output sent: "

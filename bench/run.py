@@ -5,8 +5,12 @@
                                   [--modes exactly_once,at_least_once] [--other-rates 1000]
                                   [--baselines all|none|librdkafka,quix,quix_eos,quix_alo]
                                   [--quix-commit-interval 1.0] [--no-scaling]
+                                  [--partitions 8]
 
-One run on the local broker, on fresh topics under a unique prefix (deleted at the end):
+One run on the local broker, on fresh topics under a unique prefix (deleted at the end), each
+of --partitions partitions (default 8; `topics apply` then reads a copy of topics.yaml in the
+run's directory with that default count), the worker's TRANSCRIPT_PARTITIONS and the preload's
+partitioner the same:
   (g) the core without Kafka: bench/decide_speed.py --worker over the same generated input
       (a temporary JSON-lines file), its µs per record parsed from its output
   (a) ceiling: aiokafka consume -> produce passthrough, acks=all, commit after acks
@@ -16,7 +20,10 @@ One run on the local broker, on fresh topics under a unique prefix (deleted at t
       exactly-once and at-least-once, each on its own copy of the input, topics and state,
       measured as (c) is; (a2) and (q) run in the bench virtualenv (bench/baselines.py)
   (c) the worker draining the same preloaded input (first output -> committed lag 0), and
-      its peak RSS: VmHWM of the worker process (/proc/<pid>/status) read as lag 0 is seen
+      its peak RSS: VmHWM of the worker process (/proc/<pid>/status) read as lag 0 is seen;
+      then too its established TCP connections to the broker (/proc/<pid>/fd sockets among
+      /proc/<pid>/net/tcp{,6}) and the transactional ids of its group the broker lists
+      (ListTransactions): one producer per exactly-once worker, whatever the partition count
   (d) end-to-end latency at fixed input rates, the worker running throughout (default rates
       500, 1000, 2000 and 5000/s; --rates replaces them)
   (c2) after the first mode's (c) and (d): two worker processes in one consumer group (a state
@@ -41,6 +48,11 @@ throughput.worker_two_processes (its input: records.two_processes),
 worker_two_processes_events_per_s and scaling_two_processes (c2 over c); core (the
 decide_speed figures) and core_us_per_record; targets: each issue-15 target with its figure
 and whether this run met it (judged on the first mode).
+Added for issue 24: partitions (the run's count); throughput.<worker key>.connections and
+.transactional_ids (at lag 0 of (c)); connections_per_process of (c2). A short run on more
+partitions, to set beside a default one:
+    .venv/bin/python bench/run.py --partitions 64 --baselines none --no-scaling \
+        --records 50000 --rates 1000 --rate-seconds 8 --recovery-sessions 10000
 """
 
 from __future__ import annotations
@@ -72,6 +84,7 @@ from bench.common import (  # noqa: E402
     delete_topics,
     env_for,
     preload,
+    set_partitions,
     topics_apply,
 )
 from workers.stream.outputs import CONFIRMATIONS  # noqa: E402
@@ -288,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
                              "commit; a transaction exactly-once). Quix's default is 5")
     parser.add_argument("--no-scaling", dest="scaling", action="store_false",
                         help="leave out (c2), two worker processes of the first mode")
+    parser.add_argument("--partitions", type=int, default=8,
+                        help="partitions of every topic the run creates (the worker's "
+                             "TRANSCRIPT_PARTITIONS, the preload's partitioner); default 8")
     parser.add_argument("--results", type=Path, default=RESULTS,
                         help="directory for latest.json and latest.png")
     args = parser.parse_args(argv)
@@ -295,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     if not modes or len(set(modes)) != len(modes) or set(modes) - set(GUARANTEES):
         parser.error(f"--modes: distinct values of {', '.join(GUARANTEES)}")
     primary = modes[0]
+    if not 1 <= args.partitions <= 10_000:  # TRANSCRIPT_PARTITIONS' range
+        parser.error("--partitions: 1 to 10000")
     try:
         chosen = baselines.parse(args.baselines)
     except ValueError as exc:
@@ -306,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     prefix = f"bench{run_id}."
     workdir = ROOT / "var" / "bench" / run_id
     workdir.mkdir(parents=True, exist_ok=True)
+    set_partitions(args.partitions, workdir)
     n = args.records
     rates = [int(x) for x in args.rates.split(",")]
     other_rates = [int(x) for x in args.other_rates.split(",")] if args.other_rates else rates
@@ -320,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"nproc": os.cpu_count(), "python": platform.python_version(),
                     "kafka": kafka_version(), "platform": platform.platform()},
         "prefix": prefix,
+        "partitions": args.partitions,
         "processing_guarantee": primary,  # of throughput.worker, latency_ms, audit, recovery_s
         "modes": modes,
         "prefixes": prefixes,
@@ -340,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
             result["missing"].append(f"baselines {', '.join(chosen)}: {exc}")
             chosen = []
     quix_runs = [b for b in chosen if b.startswith("quix")]
-    log(f"bench run {run_id}: prefix {prefix!r}, modes {', '.join(modes)}, logs in {workdir}")
+    log(f"bench run {run_id}: prefix {prefix!r}, modes {', '.join(modes)}, "
+        f"{args.partitions} partitions, logs in {workdir}")
     worker: WorkerProc | None = None
     try:
         for m in modes:

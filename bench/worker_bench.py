@@ -16,12 +16,13 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from bench.common import (
     BOOTSTRAP,
     GUARANTEES,
-    PARTITIONS,
     Lag,
     WorkerProc,
     first_timestamp,
     last_timestamp,
+    partitions,
     preload,
+    transactional_ids,
 )
 from workers.stream.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
 from workers.stream.partitioning import partition_for
@@ -35,7 +36,10 @@ def throughput(worker: WorkerProc | Sequence[WorkerProc], prefix: str,
     `worker` may be several processes of one consumer group (same app id, a state dir each),
     started together and measured as one: from the first output of any to the group's lag 0
     over all partitions. A process's peak RSS (VmHWM) is read as lag 0 is seen, while it still
-    runs: its peak over start-up and the drain."""
+    runs: its peak over start-up and the drain; so are its established connections to the
+    broker (`connections`) and, of a worker, the transactional ids of its group the broker
+    knows (`transactional_ids`: one per exactly-once process, whatever the partition count;
+    0 at-least-once)."""
     procs = list(worker) if isinstance(worker, Sequence) else [worker]
     lag = Lag(procs[0].group, prefix + CONFIRMATIONS)
     try:
@@ -43,6 +47,9 @@ def throughput(worker: WorkerProc | Sequence[WorkerProc], prefix: str,
             w.start()
         t_zero = lag.wait_zero(timeout, alive=lambda: all(w.alive() for w in procs))
         rss = [w.peak_rss_mb() if hasattr(w, "peak_rss_mb") else None for w in procs]
+        conns = [w.connections() if hasattr(w, "connections") else None for w in procs]
+        txn_ids = transactional_ids(procs[0].group) if isinstance(procs[0], WorkerProc) \
+            else None
         members = group_members(lag.group, lag.topic) if len(procs) > 1 else None
         offsets = sum(lag.consumer.end_offsets(lag.tps).values())
         # re-keyed copies included; counted, as exactly-once adds transaction markers to offsets
@@ -60,9 +67,14 @@ def throughput(worker: WorkerProc | Sequence[WorkerProc], prefix: str,
            "events_per_s_to_last_output": events / (t_last - t_first)}
     if known := [x for x in rss if x is not None]:
         out["peak_rss_mb"] = max(known)  # of the process that peaked highest
+    if known := [x for x in conns if x is not None]:
+        out["connections"] = max(known)  # to the broker, of the process that had the most
+    if txn_ids is not None:
+        out["transactional_ids"] = txn_ids
     if len(procs) > 1:
         out["processes"] = len(procs)
         out["peak_rss_mb_per_process"] = rss
+        out["connections_per_process"] = conns
         out["partitions_per_member"] = members
     return out
 
@@ -115,7 +127,8 @@ async def _latency(prefix: str, rate: int, seconds: float, seed: int, idle_s: fl
     producer = AIOKafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all", linger_ms=1)
     await consumer.start()
     await producer.start()
-    tps = [ATP(entries, p) for p in range(PARTITIONS)]
+    n_parts = partitions()
+    tps = [ATP(entries, p) for p in range(n_parts)]
     consumer.assign(tps)
     await consumer.seek_to_end(*tps)
     for tp in tps:
@@ -154,7 +167,7 @@ async def _latency(prefix: str, rate: int, seconds: float, seed: int, idle_s: fl
             due = min(n, int((time.perf_counter() - t0) * rate) + 1)
             while i < due:
                 key, value, sid = records[i]
-                part = partition_for(key.decode(), PARTITIONS) if key else None
+                part = partition_for(key.decode(), n_parts) if key else None
                 if sid is not None:
                     sent.setdefault(sid, time.perf_counter())
                 futures.append(await producer.send(topic, value, key=key, partition=part))
@@ -195,7 +208,7 @@ def _probe(prefix: str, tag: str) -> bytes:
             rec["send_id"] = f"probe-{tag}-{uuid.uuid4().hex[:8]}"
             p = KafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all")
             p.send(prefix + CONFIRMATIONS, key=key, value=json.dumps(rec).encode(),
-                   partition=partition_for(key.decode(), PARTITIONS)).get(timeout=30)
+                   partition=partition_for(key.decode(), partitions())).get(timeout=30)
             p.close()
             return rec["send_id"]
     raise RuntimeError("no probe record found")
@@ -224,7 +237,7 @@ def recovery(prefix: str, workdir: Path, n: int, log,  # noqa: ANN001
             shutil.rmtree(state)
         c = KafkaConsumer(bootstrap_servers=BOOTSTRAP, isolation_level="read_committed",
                           enable_auto_commit=False)
-        tps = [TopicPartition(prefix + ENTRIES, p) for p in range(PARTITIONS)]
+        tps = [TopicPartition(prefix + ENTRIES, p) for p in range(partitions())]
         c.assign(tps)
         c.seek_to_end()
         for tp in tps:
