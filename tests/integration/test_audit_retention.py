@@ -13,7 +13,7 @@ import pytest
 from kafka import KafkaAdminClient, TopicPartition
 
 from tests.conftest import cli
-from tests.integration.harness import Collector, WorkerProcess, group_of, wait_drained
+from tests.integration.harness import Collector, WorkerProcess, group_of, poll_until, wait_drained
 from tests.unit.wire import confirmation, dumps
 from workers.kafka_io import end_offsets, producer, publish, read
 from workers.scenario import steps
@@ -212,3 +212,56 @@ def send(session: str, send_id: str, at: datetime) -> tuple[bytes, bytes]:
     return session.encode(), dumps(confirmation(
         session_key=session, send_id=send_id, confirmed_at=at.isoformat(),
         **{"payload.text": f"text of {send_id}", "receipt.sent_at": at.isoformat()}))
+
+
+def test_a_partition_that_went_quiet_is_checkpointed_after_its_last_record(env, topics,
+                                                                          tmp_path):
+    """The input stops: at the next checkpoint interval each partition is still checkpointed at
+    the end of what it processed, by time, not with a next batch that never comes (until issue
+    24 a checkpoint rode a batch, at the batch's first offset). So once retention has removed
+    every input record, `audit` starts every partition at that checkpoint and is clean."""
+    from workers.stream.checkpoints import parse_key, read_manifest
+
+    ks = kafka_settings(env)
+    scenario = steps("ret4", datetime(2026, 6, 1, 9, 0, tzinfo=UTC))
+    source = ks.topic(CONFIRMATIONS)
+    w = WorkerProcess(env, tmp_path / "state", tmp_path / "w.log",
+                      TRANSCRIPT_CHECKPOINT_INTERVAL_S="1").start()
+    entries = Collector(ks, ks.topic(ENTRIES))
+    publish(ks, source, [(s.key, s.value) for s in scenario], 8)
+    wait_drained(env["KAFKA_BOOTSTRAP"], group_of(env), source, 120, [w])
+    written = sum(s.expect == "written" for s in scenario)
+    entries.wait_for(lambda r: len(r) >= written, 30, w)
+    entries.close()
+    # where the worker stands: the group's committed offsets (the end offsets may be past them
+    # by a transaction marker)
+    admin = KafkaAdminClient(bootstrap_servers=env["KAFKA_BOOTSTRAP"])
+    try:
+        committed = admin.list_group_offsets(group_of(env)).get(group_of(env), {})
+    finally:
+        admin.close()
+    cut = {tp.partition: o.offset for tp, o in committed.items()
+           if tp.topic == source and o.offset > 0}
+    assert cut
+
+    def checkpointed_at_the_end() -> bool:
+        at: dict[int, int] = {}
+        for r in read(ks, ks.topic(CHECKPOINTS)):
+            kind, p, _, _ = parse_key(r.key)
+            if kind == "m" and r.value is not None:
+                at[p] = max(at.get(p, -1), read_manifest(r.value, p)["input_offset"])
+        return all(at.get(p, -1) >= off for p, off in cut.items())
+
+    poll_until(checkpointed_at_the_end, 60, [w],
+               "a checkpoint of every partition at the end of its input, with no input after")
+    assert w.stop() == 0
+    admin = KafkaAdminClient(bootstrap_servers=env["KAFKA_BOOTSTRAP"])
+    try:
+        admin.delete_records({TopicPartition(source, p): off for p, off in cut.items()})
+    finally:
+        admin.close()
+    done = cli("audit", "--json", env=env)
+    assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
+    report = json.loads(done.stdout)
+    assert report["clean"] and report["expected_entries"] == 0
+    assert report["actual_entries"] == written

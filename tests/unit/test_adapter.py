@@ -1,12 +1,16 @@
 """workers/stream/adapter.py: the KIP-447 request is what Kafka's schema says (byte for byte the
 encoding of kafka-python's generated TxnOffsetCommitRequest v3), and a canary per private name
-of faust, mode and aiokafka the adapter uses: a version that removed one fails here, naming it."""
+of faust, mode and aiokafka the adapter uses: a version that removed one fails here, naming it.
+And no module but the adapter names one of them (a reintroduction fails with its file and line)."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import inspect
+import re
 from io import BytesIO
+from pathlib import Path
 
 import pytest
 
@@ -114,3 +118,199 @@ def test_canary_the_member_id_path_through_faust_to_aiokafka():
         assert attribute in init, f"aiokafka GroupCoordinator sets no {attribute}"
     assert "self._coordinator" in inspect.getsource(
         __import__("aiokafka").AIOKafkaConsumer), "AIOKafkaConsumer._coordinator"
+
+
+def test_canary_faust_rocksdb_store_offset_key_and_partition_handles(tmp_path):
+    import faust
+    from faust.stores.rocksdb import Store
+    from faust.types import TP
+
+    assert Store.offset_key == adapter.STORE_OFFSET_KEY, (
+        f"faust's Store.offset_key is {Store.offset_key!r}, not {adapter.STORE_OFFSET_KEY!r}: "
+        "the offsets local_state's restore and top-up and the processor's batches persist "
+        "would not be read by faust's recovery (it would re-read every changelog)")
+    assert Store.offset_key.startswith(adapter.STORE_OWN_KEYS), (
+        f"faust's offset key no longer begins with {adapter.STORE_OWN_KEYS!r}: the session "
+        "store's sweep and the checkpoints would take it for state")
+    assert callable(getattr(Store, "_db_for_partition", None)), (
+        "faust's Store._db_for_partition is gone: adapter.partition_store cannot reach a "
+        "partition's RocksDB (session store, checkpoints, batches, top-up)")
+    assert "self._dbs[partition]" in inspect.getsource(Store._db_for_partition), (
+        "faust's Store._db_for_partition no longer keeps its open stores in Store._dbs: "
+        "adapter.open_partition_stores (the state gauges) would see none")
+    app = faust.App("canary", store="rocksdb://", datadir=str(tmp_path), web_enabled=False)
+    table = app.Table("t", partitions=2, key_type=bytes, value_type=bytes)
+    assert dict(adapter.open_partition_stores(table)) == {}, "opening no store, faust has none"
+    db = adapter.partition_store(table, 1)
+    assert list(adapter.open_partition_stores(table)) == [1], "Store._dbs holds the one opened"
+    table.data.set_persisted_offset(TP("t", 1), 41)
+    assert db.get(adapter.STORE_OFFSET_KEY) == b"41", (
+        "faust persists a partition's offset elsewhere than partition_store(...)[offset_key]")
+    db.put(adapter.STORE_OFFSET_KEY, b"57")
+    assert table.data.persisted_offset(TP("t", 1)) == 57, (
+        "faust's recovery does not read the offset the worker writes under STORE_OFFSET_KEY")
+
+
+def test_canary_faust_table_manager_starts_recovery_through_update_channels():
+    from faust.tables import TableManager
+
+    assert inspect.iscoroutinefunction(getattr(TableManager, "_update_channels", None)), (
+        "faust's TableManager._update_channels is gone: adapter.prompt_table_manager's on_start "
+        "cannot register the changelog channels (the worker would never recover its table)")
+    source = inspect.getsource(TableManager.on_start)
+    for step in ("self._update_channels()", "self.recovery.start()"):
+        assert step in source, (
+            f"faust's TableManager.on_start no longer awaits {step}: adapter."
+            "prompt_table_manager's copy of it (less the sleep) no longer does what faust's does")
+    assert issubclass(adapter.prompt_table_manager(), TableManager)
+
+
+def test_canary_faust_awaits_the_table_managers_on_rebalance_at_each_assignment(tmp_path):
+    import faust
+    from faust.tables import TableManager
+
+    assert "self.tables.on_rebalance" in inspect.getsource(faust.App._on_partitions_assigned), (
+        "faust's App._on_partitions_assigned no longer awaits self.tables.on_rebalance: "
+        "adapter.replace_table_rebalance's step (worker.on_assigned: the exactly-once takeover "
+        "before recovery) would never run")
+    assert list(inspect.signature(TableManager.on_rebalance).parameters) == [
+        "self", "assigned", "revoked", "newly_assigned", "generation_id"], (
+        "faust's TableManager.on_rebalance takes other arguments than worker.on_assigned passes")
+    app = faust.App("canary", datadir=str(tmp_path), web_enabled=False)
+
+    async def hook(assigned, revoked, newly_assigned, generation_id=0):  # noqa: ANN001, ANN202
+        return None
+
+    recover = adapter.replace_table_rebalance(app, hook)
+    assert app.tables.on_rebalance is hook and recover.__func__ is TableManager.on_rebalance
+
+
+def test_canary_faust_consumer_builds_aiokafka_consumer_and_commits_through_hooks(tmp_path):
+    import faust
+    from aiokafka import AIOKafkaConsumer
+    from faust.transport import base
+    from faust.transport import consumer as faust_consumer
+    from faust.transport.drivers import aiokafka as driver
+
+    thread = driver.AIOKafkaConsumerThread
+    assert "self._create_worker_consumer(transport)" in inspect.getsource(
+        thread._create_consumer), (
+        "faust's AIOKafkaConsumerThread no longer builds its consumer in "
+        "_create_worker_consumer: adapter.read_committed_consumer could not make it read "
+        "read_committed (aborted confirmations would get outcomes)")
+    init, start = (inspect.getsource(f) for f in (AIOKafkaConsumer.__init__,
+                                                  AIOKafkaConsumer.start))
+    for name in ("_isolation_level", "_fetch_max_wait_ms"):
+        assert f"self.{name} = " in init and f"=self.{name}" in start, (
+            f"aiokafka's AIOKafkaConsumer no longer hands self.{name} to its Fetcher at start: "
+            "setting it after construction (adapter.read_committed_consumer) does nothing")
+    assert "self._thread = self._new_consumer_thread()" in inspect.getsource(
+        faust_consumer.ThreadDelegateConsumer.__init__), (
+        "faust's Consumer no longer makes its thread in _new_consumer_thread: adapter."
+        "read_committed_consumer's thread (read_committed, short polls) would not be used")
+    assert "AIOKafkaConsumerThread(self, loop=self.loop, beacon=self.beacon)" in (
+        inspect.getsource(driver.Consumer._new_consumer_thread)), (
+        "faust builds its consumer thread with other arguments than adapter.read_committed_"
+        "consumer passes")
+    assert "await self._commit(" in inspect.getsource(
+        faust_consumer.Consumer._commit_offsets), (
+        "faust's Consumer no longer sends its commits through _commit: exactly-once, a commit "
+        "of its own outside the batch's transaction could commit unwritten outputs")
+    assert "self.Consumer(" in inspect.getsource(base.Transport.create_consumer), (
+        "faust's Transport no longer builds its consumer from its Consumer attribute: "
+        "adapter.use_consumer would not install the read_committed consumer")
+
+    async def built() -> tuple:
+        app = faust.App("canary", broker="kafka://127.0.0.1:9092", datadir=str(tmp_path),
+                        web_enabled=False)
+        adapter.use_consumer(app, adapter.read_committed_consumer(
+            fetch_max_wait_ms=100, offsets_in_transactions=True))
+        consumer = app.consumer
+        client = consumer._thread._create_worker_consumer(app.transport)
+        try:
+            return (type(consumer).__name__, client._isolation_level,
+                    client._fetch_max_wait_ms, await consumer._commit({}))
+        finally:
+            await client.stop()
+
+    assert asyncio.run(built()) == ("ReadCommittedConsumer", "read_committed", 100, True)
+
+
+def test_canary_mode_worker_schedules_its_shutdown_on_each_signal():
+    import mode
+
+    for handler in ("_on_sigterm", "_on_sigint"):
+        assert "self._schedule_shutdown(" in inspect.getsource(getattr(mode.Worker, handler)), (
+            f"mode's Worker.{handler} no longer calls self._schedule_shutdown: adapter."
+            "on_first_stop_signal would not see the signal (no stop deadline: a hung shutdown "
+            "would hang the worker)")
+    assert "self._signal_stop_time" in inspect.getsource(mode.Worker._schedule_shutdown), (
+        "mode's Worker._schedule_shutdown no longer marks the first signal in _signal_stop_time")
+    assert mode.Worker._signal_stop_time is None, "mode.Worker._signal_stop_time"
+
+    async def signalled() -> list:
+        worker = mode.Worker(loglevel="warning", quiet=True, redirect_stdouts=False)
+        calls: list = []
+        adapter.on_first_stop_signal(worker, lambda: calls.append(worker._signal_stop_time))
+        worker._on_sigterm()
+        worker._on_sigterm()
+        worker._signal_stop_future.cancel()
+        return calls
+
+    assert asyncio.run(signalled()) == [None], "the callback runs once, before mode's own"
+
+
+# --- no module but the adapter names a private name of faust, mode or aiokafka ---------------
+
+ROOT = Path(__file__).resolve().parents[2]
+ADAPTER = ROOT / "workers" / "stream" / "adapter.py"
+PRIVATE_NAMES = (
+    # faust
+    "_db_for_partition", "_dbs", "_update_channels", "_create_worker_consumer",
+    "_new_consumer_thread", "_commit", "_thread", "_ensure_consumer", "__faust",
+    # mode
+    "_schedule_shutdown", "_signal_stop_time",
+    # aiokafka
+    "_isolation_level", "_fetch_max_wait_ms", "_coordinator", "_sender", "_txn_manager",
+    "_pending_txn_offsets", "_offsets", "_group_id",
+)
+NAME = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(map(re.escape, PRIVATE_NAMES))
+                  + r")(?![A-Za-z0-9_])")
+# public names that faust reads from an instance, replaced on it: a hook as much as a private one
+HOOKS = re.compile(r"\.on_rebalance\s*=(?!=)|\btransport\.Consumer\b")
+
+
+def test_no_module_but_the_adapter_names_a_private_name_of_faust_mode_or_aiokafka():
+    found = []
+    for path in sorted((ROOT / "workers").rglob("*.py")):
+        if path == ADAPTER:
+            continue
+        for number, line in enumerate(path.read_text("utf-8").splitlines(), 1):
+            for match in (*NAME.finditer(line), *HOOKS.finditer(line)):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {match.group(0)!r}: "
+                             f"{line.strip()}")
+    assert not found, (
+        "a private name (or instance hook) of faust, mode or aiokafka outside "
+        "workers/stream/adapter.py; give the adapter a function for it, with a canary here:\n"
+        + "\n".join(found))
+    source = ADAPTER.read_text("utf-8")
+    assert not [n for n in PRIVATE_NAMES if n not in source], "a name the adapter no longer uses"
+
+
+def test_the_stores_keys_are_the_adapters():
+    from workers.stream import checkpoints, local_state, session_store
+
+    assert local_state.OFFSET_KEY is adapter.STORE_OFFSET_KEY
+    assert checkpoints.FAUST_KEYS is session_store.FAUST_KEYS is adapter.STORE_OWN_KEYS
+
+
+def test_canary_aiokafka_waits_backoff_override_after_concurrent_transactions():
+    from aiokafka.producer import sender
+
+    assert isinstance(getattr(sender, "BACKOFF_OVERRIDE", None), float), (
+        "aiokafka.producer.sender.BACKOFF_OVERRIDE is gone: every transaction would wait "
+        "aiokafka's own pause after the last one's commit")
+    source = inspect.getsource(sender.AddPartitionsToTxnHandler.handle_response)
+    assert "ConcurrentTransactions" in source and "BACKOFF_OVERRIDE" in source, (
+        "AddPartitionsToTxnHandler no longer answers CONCURRENT_TRANSACTIONS with "
+        "BACKOFF_OVERRIDE")

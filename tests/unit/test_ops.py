@@ -115,19 +115,29 @@ class _App:
 
 
 def test_readiness_follows_the_rebalance_phases():
-    h = Health(liveness_timeout_s=10)
+    from workers.core.lifecycle import Assigned, Checked, Restored, Revoked, Settled
+
+    h = Health(liveness_timeout_s=10, settles=True)
     app = _App()
     h._app = app
     assert h.readiness() == (False, "waiting for the group to assign partitions")
-    for phase, ok in (("rebalancing", False), ("restoring", False)):
-        h.phase = phase
-        assert h.readiness()[0] is ok
-    h.phase, h.generation = "ready", 4
+    for event, phase in ((Assigned(4), "settling"), (Settled(), "restoring"),
+                         (Restored(), "checking")):
+        h.send(event)
+        assert (h.phase, h.readiness()[0]) == (phase, False)
+        assert h.restoring is (phase in ("settling", "restoring"))
+    h.send(Checked(4))
     assert h.readiness() == (True, "processing")
     app.consumer_generation_id = 5  # a new generation the recovery has not completed
     assert h.readiness()[0] is False
-    app.consumer_generation_id, app.should_stop = 4, True
+    app.consumer_generation_id = 4
+    h.send(Revoked())
+    assert h.readiness() == (False, "rebalancing: partitions revoked, waiting for the new "
+                                    "assignment")
+    app.should_stop = True
     assert h.readiness() == (False, "stopping")
+    h.send(Assigned(6))  # stopping is terminal
+    assert h.phase == "stopping"
 
 
 def test_liveness_fails_only_for_a_batch_in_flight_too_long(monkeypatch):

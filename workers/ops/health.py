@@ -10,36 +10,69 @@ never answers): a supervisor that restarts an unlive worker loses nothing (exact
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
+from workers.core.lifecycle import (
+    Assigned,
+    Event,
+    Invalid,
+    Lifecycle,
+    Restored,
+    Revoked,
+    State,
+    Stop,
+)
+
+log = logging.getLogger("transcript_owner.health")
+
 
 class Health:
-    def __init__(self, liveness_timeout_s: float) -> None:
+    """The worker's lifecycle (workers/core/lifecycle.py: the table) fed from faust's signals,
+    the exactly-once takeover (worker.on_assigned) and the processor, and the hot path's
+    progress."""
+
+    def __init__(self, liveness_timeout_s: float, *, settles: bool = False) -> None:
         self.liveness_timeout_s = liveness_timeout_s
-        self.phase = "starting"  # starting | rebalancing | restoring | ready | stopping
-        self.generation: int | None = None
+        self.lifecycle = Lifecycle(settles=settles)
         self.assignments = 0
         self._batch_since: float | None = None  # monotonic start of the batch in flight
         self._app: Any = None
 
+    @property
+    def phase(self) -> str:
+        return str(self.lifecycle.state)
+
+    @property
+    def generation(self) -> int | None:
+        return self.lifecycle.generation
+
+    def send(self, event: Event) -> None:
+        result = self.lifecycle.send(event)
+        if isinstance(result, Invalid):  # faust's order or this wiring changed: say so
+            log.warning("lifecycle: %s", result.reason)
+
     def attach(self, app: Any) -> None:
-        """Follow the app's rebalances (faust signals)."""
+        """Follow the app's rebalances (faust signals). Exactly-once, the assignment itself is
+        sent by the takeover (it runs before faust's signal), at-least-once by the signal."""
         self._app = app
 
         @app.on_partitions_revoked.connect
         async def revoked(sender: Any, revoked: Any, **_: Any) -> None:  # noqa: ARG001
-            self.phase = "rebalancing"
+            self.send(Revoked())
 
         @app.on_partitions_assigned.connect
         async def assigned(sender: Any, assigned: Any, **_: Any) -> None:  # noqa: ARG001
             self.assignments += 1
-            self.phase = "restoring"
+            if not self.lifecycle.settles:
+                self.send(Assigned(app.consumer_generation_id))
 
         @app.on_rebalance_complete.connect
         async def complete(sender: Any, **_: Any) -> None:  # noqa: ARG001
-            self.generation = app.consumer_generation_id
-            self.phase = "ready"
+            # faust signals it before it checks whether a rebalance came meanwhile
+            if app.consumer_generation_id == self.lifecycle.generation:
+                self.send(Restored())
 
     # the hot path (Processor): one call at each end of a batch
     def batch_started(self) -> None:
@@ -51,16 +84,16 @@ class Health:
     def readiness(self) -> tuple[bool, str]:
         app = self._app
         if app is not None and app.should_stop:
-            return False, "stopping"
-        if self.phase == "starting":
-            return False, "waiting for the group to assign partitions"
-        if self.phase == "rebalancing":
-            return False, "rebalancing: partitions revoked, waiting for the new assignment"
-        if self.phase == "restoring":
-            return False, "restoring the assigned partitions' state"
-        if app is not None and (app.rebalancing or app.consumer_generation_id != self.generation):
+            self.send(Stop())
+        ready, why = self.lifecycle.readiness()
+        if ready and app is not None and (
+                app.rebalancing or app.consumer_generation_id != self.generation):
             return False, "rebalancing"
-        return True, "processing"
+        return ready, why
+
+    @property
+    def restoring(self) -> bool:
+        return self.lifecycle.state in (State.SETTLING, State.RESTORING)
 
     def liveness(self) -> tuple[bool, str]:
         since = self._batch_since

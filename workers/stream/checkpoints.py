@@ -58,10 +58,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from workers.stream.adapter import STORE_OWN_KEYS
+
 CHECKPOINTS = "transcript.checkpoints"
 CHUNK_BYTES = 256 * 1024  # a chunk's items, about (the topic's max.message.bytes is 2 MiB)
 KEYS_PER_BATCH = 100_000  # state keys of checkpoints a batch (so a transaction) holds at most
-FAUST_KEYS = b"__faust"  # faust's own bookkeeping in the partition stores: not state
+FAUST_KEYS = STORE_OWN_KEYS  # faust's own bookkeeping in the partition stores: not state
 OFFSET_MAX = 2**63 - 1  # a Kafka offset is an INT64
 PARTITION_MAX = 2**31 - 1  # and a partition an INT32
 MAX_CHUNKS = 999_999  # a chunk's number has 6 digits in its key
@@ -453,6 +455,13 @@ class Checkpointer:
             return Copy(p, bucket % self.keep, bucket, x, self.diagnostics_next.get(p),
                         taken_at, iter(snapshot.items()), source=snapshot)
         return None
+
+    def wait_s(self, wall_s: float) -> float:
+        """How long the worker may wait for input before a checkpoint is due: until the next
+        interval begins, or at once while a bucket's checkpoints are still being copied."""
+        if self._pending or self._copy is not None or self._fresh:
+            return 0.0
+        return self.interval_s - wall_s % self.interval_s
 
     def abandon(self) -> None:
         """Drop the copy in progress (and its snapshot, which holds the partition's store

@@ -32,6 +32,8 @@ import faust
 from faust.transport.utils import DefaultSchedulingStrategy
 from faust.types import TP, ConsumerMessage
 
+from workers.stream.adapter import read_committed_consumer, use_consumer
+
 
 class Inbox:
     """The fetched records of the topics the processor reads, as faust messages, oldest first:
@@ -44,6 +46,7 @@ class Inbox:
         self.app: Any = None  # set by attach(), before the consumer starts fetching
         self._items: deque[ConsumerMessage] = deque()
         self._not_empty = asyncio.Event()
+        self._nudged = False  # wake a waiting take with no messages (nudge)
         self._full: set[TP] = set()  # partitions reported full to the consumer
         self.high_water = 0  # most messages held at once (reported in the worker's log)
 
@@ -89,11 +92,30 @@ class Inbox:
         topic = self.topic
         return Counter(m.partition for m in self._items if m.topic == topic)
 
-    async def take(self, max_items: int, linger_s: float) -> list[ConsumerMessage]:
-        """At least one message; more if they arrive within `linger_s`, up to `max_items`."""
+    def nudge(self) -> None:
+        """Wake the waiting `take` even without messages: a rebalance completed, and the
+        processor checks where the new generation's partitions start without waiting for
+        input (the worker is ready only then)."""
+        self._nudged = True
+        self._not_empty.set()
+
+    async def take(self, max_items: int, linger_s: float,
+                   timeout_s: float | None = None) -> list[ConsumerMessage]:
+        """At least one message; more if they arrive within `linger_s`, up to `max_items`.
+        With `timeout_s`: none (an empty list) if nothing arrives within it; none, too, once
+        `nudge` was called."""
         while not self._items:
+            if self._nudged:
+                self._nudged = False
+                return []
             self._not_empty.clear()
-            await self._not_empty.wait()
+            if timeout_s is None:
+                await self._not_empty.wait()
+                continue
+            try:
+                await asyncio.wait_for(self._not_empty.wait(), timeout_s)
+            except TimeoutError:
+                return []
         if len(self._items) < max_items and linger_s > 0:
             await asyncio.sleep(linger_s)  # let a burst fill the batch (bounded latency)
         items = self._items
@@ -139,28 +161,8 @@ def read_committed(app: faust.App, *, offsets_in_transactions: bool = False) -> 
     its bookkeeping (acks, revocation) and sends nothing. A commit of its own, outside the
     transaction, could commit an offset whose outputs were never committed.
     """
-    from faust.transport.drivers import aiokafka as driver
-
-    class ReadCommittedThread(driver.AIOKafkaConsumerThread):
-        def _create_worker_consumer(self, transport: Any) -> Any:
-            consumer = super()._create_worker_consumer(transport)
-            consumer._isolation_level = "read_committed"
-            # faust asks for 1.5 s long polls; the broker answers a connection's requests in
-            # order, so the offset lookups of a recovery after each rebalance queued behind
-            # them (1.5 s each, seen here). Fetches still return as soon as records arrive.
-            consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
-            return consumer
-
-    class ReadCommittedConsumer(driver.Consumer):
-        def _new_consumer_thread(self) -> Any:
-            return ReadCommittedThread(self, loop=self.loop, beacon=self.beacon)
-
-        async def _commit(self, offsets: Mapping[TP, int]) -> bool:
-            if offsets_in_transactions:
-                return True  # committed already, in the transaction of their batch
-            return await super()._commit(offsets)
-
-    app.transport.Consumer = ReadCommittedConsumer  # before the app creates its consumer
+    use_consumer(app, read_committed_consumer(  # before the app creates its consumer
+        fetch_max_wait_ms=FETCH_MAX_WAIT_MS, offsets_in_transactions=offsets_in_transactions))
 
 
 def input_topic(app: faust.App, inbox: Inbox) -> faust.TopicT:

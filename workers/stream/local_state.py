@@ -4,8 +4,9 @@ Layout. faust's datadir is TRANSCRIPT_STATE_DIR/<prefix><app id>/ (`deployment_d
 deployments (another TRANSCRIPT_TOPIC_PREFIX or TRANSCRIPT_APP_ID) on one state dir never share
 a table. Under it faust keeps the table `sessions` as one RocksDB per partition,
 v1/tables/sessions-<partition>.db, each holding, beside the sessions, the offset of the last
-changelog record it applied (faust's `__faust\\0offset__` key). `sessions.changelog.json` beside
-them records which changelog topic (name and topic id) they were written from.
+changelog record it applied (under faust's offset key, `adapter.STORE_OFFSET_KEY`).
+`sessions.changelog.json` beside them records which changelog topic (name and topic id) they
+were written from.
 
 Before faust starts, `prepare` compares every partition store with the changelog, as Kafka
 Streams compares a task's checkpoint with its changelog and wipes a corrupted task. A store is
@@ -41,9 +42,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from workers.stream.adapter import STORE_OFFSET_KEY
+
 log = logging.getLogger("transcript_owner.local_state")
 
-OFFSET_KEY = b"__faust\0offset__"  # faust.stores.rocksdb.Store.offset_key
+OFFSET_KEY = STORE_OFFSET_KEY  # faust.stores.rocksdb.Store.offset_key
 LEGACY_TABLES = Path("v1") / "tables"  # the layout before 1.1: one table dir for every deployment
 
 

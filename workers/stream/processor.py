@@ -48,9 +48,10 @@ from typing import Any
 
 from faust.types import TP, ConsumerMessage
 
+from workers.core.lifecycle import Checked, Fail
 from workers.ops.health import Health
 from workers.ops.metrics import Metrics
-from workers.stream.adapter import GroupMember
+from workers.stream.adapter import GroupFenced, GroupMember, partition_store
 from workers.stream.batch_send import Record, send_all
 from workers.stream.checkpoints import Checkpointer
 from workers.stream.ingest import Inbox
@@ -59,7 +60,7 @@ from workers.stream.outputs import DIAGNOSTICS, Source
 from workers.stream.owner import Owner
 from workers.stream.partitioning import murmur2
 from workers.stream.session_store import SessionStore
-from workers.stream.transactions import BatchTransactions
+from workers.stream.transactions import BatchTransactions, TransactionFailed
 
 log = logging.getLogger("transcript_owner.processor")
 EXIT_FATAL = 70
@@ -124,7 +125,7 @@ class Processor:
         self._cursors: dict[TP, _Cursor] = {}
         self._cut: set[TP] = set()  # input partitions whose erase cut-over is known
         self.store = SessionStore(
-            lambda p: table.data._db_for_partition(p), owner.dedupe_window, cache_size)
+            lambda p: partition_store(table, p), owner.dedupe_window, cache_size)
         self._partitions: list[int] = []  # the input partitions of this generation
         # exactly-once: per-partition state checkpoints for audit (workers.stream.checkpoints)
         self.checkpoints = checkpoints
@@ -138,7 +139,7 @@ class Processor:
             else:
                 await self.transactions.start()
             while not self.app.should_stop:
-                messages = await self.inbox.take(self.max_batch, self.linger_s)
+                messages = await self.inbox.take(self.max_batch, self.linger_s, self._quiet_s())
                 # shielded: a stop (SIGTERM) lets the batch in flight finish (see below)
                 batch = asyncio.ensure_future(self._batch(messages))
                 await asyncio.shield(batch)
@@ -147,6 +148,7 @@ class Processor:
             await asyncio.shield(self._stop(batch))
             raise
         except Exception:
+            self.health.send(Fail())
             log.exception("fatal: the batch could not be processed or committed; exiting with "
                           "none of it applied locally (its offsets are not committed)")
             logging.shutdown()
@@ -176,6 +178,17 @@ class Processor:
         if self.transactions is not None:
             await self.transactions.close()
 
+    def _quiet_s(self) -> float | None:
+        """How long to wait for input: in a new generation, briefly (its partitions' starts
+        are checked without input, and the worker is ready then); exactly-once, until
+        checkpoints are due (a partition gets its checkpoint by time even when no input
+        comes); else as long as it takes."""
+        if self.app.consumer_generation_id != self._generation:
+            return 0.1  # a new generation: check where its partitions start without input
+        if self.checkpoints is None:
+            return None
+        return self.checkpoints.wait_s(time.time()) + 0.01
+
     async def _batch(self, messages: list) -> None:
         live, skipped = await self._admit(messages)
         if live:
@@ -183,6 +196,10 @@ class Processor:
             self.health.batch_started()
             dead, written = await self._process(live)
             self.metrics.committed(self.owner.counts, len(live), began, dead, written)
+            self.health.batch_done()
+        elif not messages and self.checkpoints is not None and self._cursors:
+            self.health.batch_started()
+            await self._quiet_checkpoint()
             self.health.batch_done()
         ack = self.app.consumer.ack  # what Message.ack ends in, without its refcount
         for m in live:
@@ -205,6 +222,7 @@ class Processor:
             cursors = await self._starts()
             if app.consumer_generation_id == generation and app.flow_control.is_active():
                 self._generation, self._cursors = generation, cursors
+                self.health.send(Checked(generation))
                 self._cut = set()
                 self._partitions = sorted({tp.partition for tp in cursors})
                 self.store.forget_cache()  # another worker may have owned these sessions
@@ -345,6 +363,32 @@ class Processor:
             self._apply(records, await send_all(self.producer, records))
         return dead, written
 
+    async def _quiet_checkpoint(self) -> None:
+        """No input came for a while: the checkpoints due, in a transaction of their own. It
+        commits each partition's offsets as they are (the position it has processed to), so
+        that, like every transaction of a batch, it is fenced by the group generation."""
+        wall_s = time.time()
+        if not self.checkpoints.due(wall_s):
+            return
+        extra = self._checkpoint([], wall_s)
+        if not extra:
+            return
+        positions: dict[int, dict[str, int]] = {}
+        for tp, cursor in self._cursors.items():
+            positions.setdefault(tp.partition, {})[tp.topic] = (
+                cursor.next if cursor.next is not None else cursor.start)
+        try:
+            await self._commit_transactions({}, positions, [], self.table.changelog_topic_name,
+                                            extra)
+        except TransactionFailed as exc:
+            if not isinstance(exc.__cause__, GroupFenced):
+                raise
+            # No input message holds a revocation back while this commits (as a batch's do),
+            # so a rebalance may overtake it: nothing of it is visible, and its partitions'
+            # next owner checkpoints them.
+            self.checkpoints.abandon()
+            log.info("a quiet partition's checkpoint was overtaken by a rebalance (%s)", exc)
+
     def _cut_over(self, messages: list) -> None:
         """The first batch that reads an input partition without an erase cut-over writes it:
         the offset this generation starts the partition at (workers/core/control.py). Read
@@ -402,7 +446,7 @@ class Processor:
             if tp.topic == source and tp.partition not in positions:
                 positions[tp.partition] = cursor.next if cursor.next is not None else cursor.start
         checkpoints = self.checkpoints
-        extra = checkpoints.take(wall_s, positions, self.table.data._db_for_partition)
+        extra = checkpoints.take(wall_s, positions, lambda p: partition_store(self.table, p))
         if done := checkpoints.finished:
             log.info("checkpoints of partitions %s at input offsets %s: %d state keys, %d bytes, "
                      "built in %.3fs", [c.partition for c in done], [c.input_offset for c in done],
@@ -432,10 +476,10 @@ class Processor:
             else:
                 batch.put(key, value)
             last[partition] = max(offset, last.get(partition, offset))
-        db_for = self.table.data._db_for_partition
+        table = self.table
         for partition, batch in batches.items():
             batch.put(OFFSET_KEY, str(last[partition]).encode())
-            db_for(partition).write(batch)
+            partition_store(table, partition).write(batch)
 
 
 def _skipped(m: ConsumerMessage, first: int) -> list[ConsumerMessage]:

@@ -33,11 +33,12 @@ from workers.core import (
     seen_key,
 )
 from workers.core.state import CUTOVER_KEY, SEEN_KEYS_FROM, micros, ticket_key
+from workers.stream.adapter import STORE_OWN_KEYS
 
 log = logging.getLogger("transcript_owner.state")
 _MICROSECOND = timedelta(microseconds=1)
 
-FAUST_KEYS = b"__faust"  # faust's own bookkeeping keys (the persisted changelog offset)
+FAUST_KEYS = STORE_OWN_KEYS  # faust's own bookkeeping keys (the persisted changelog offset)
 Write = tuple[int, bytes, bytes | None]  # (partition, key, value or None for a tombstone)
 
 

@@ -98,6 +98,10 @@ class BatchTransactions:
             raise TransactionFailed(f"the transaction did not begin: {type(exc).__name__}: "
                                     f"{exc}") from exc
         try:
+            # the offsets after the records' acks, not beside them: sent together, the
+            # AddOffsetsToTxn sometimes met the last transaction's markers still being written
+            # and aiokafka waited 100 ms (its retry backoff) for it: p99 of a 24-record
+            # transaction here 112 ms against 13 ms one after the other
             offsets = await send_all(producer, records)
             if next_offsets:
                 from aiokafka import TopicPartition

@@ -19,6 +19,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+from workers.core.lifecycle import Assigned, Fail, Settled
 from workers.ops.health import Health
 from workers.ops.metrics import Metrics
 from workers.settings import (
@@ -28,7 +29,15 @@ from workers.settings import (
     worker_settings,
 )
 from workers.stream import local_state
-from workers.stream.adapter import GroupMember, membership
+from workers.stream.adapter import (
+    GroupMember,
+    membership,
+    on_first_stop_signal,
+    open_partition_stores,
+    partition_store,
+    prompt_table_manager,
+    replace_table_rebalance,
+)
 from workers.stream.checkpoints import CHECKPOINTS, Checkpointer
 from workers.stream.ingest import Inbox, input_topic, read_committed, scheduler_for
 from workers.stream.outputs import CONFIRMATIONS, CONTROL, DIAGNOSTICS, DLQ, ENTRIES, ERASURES
@@ -137,28 +146,12 @@ def producer_factory(ks: KafkaSettings, app_id: str, transaction_timeout_s: floa
     return new_producer
 
 
-def _prompt_table_manager():  # noqa: ANN202  (faust is imported when the app is built)
-    from faust.tables import TableManager
-
-    class PromptTableManager(TableManager):
-        """faust's TableManager, without the second it sleeps before starting recovery (for
-        tables declared after the app starts): the worker declares its one table before, and
-        every start, restart and rebalance test runs through this."""
-
-        async def on_start(self) -> None:
-            if not self.should_stop:
-                await self._update_channels()
-                await self.recovery.start()
-
-    return PromptTableManager
-
-
 def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str, int],
               http_socket=None, metrics: Metrics | None = None):  # noqa: ANN001
     """`http_socket`: a bound socket to serve /livez /readyz /metrics on."""
     import faust
 
-    PromptTableManager = _prompt_table_manager()
+    PromptTableManager = prompt_table_manager()
     inbox = Inbox(ks.topic(CONFIRMATIONS), maxsize=2 * ws.max_batch, control=ks.topic(CONTROL))
     app = faust.App(
         ks.topic_prefix + ws.app_id,
@@ -207,8 +200,13 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         control=ks.topic(CONTROL),
     )
     new_producer = producer_factory(ks, app.conf.id, ws.transaction_timeout_s)
-    metrics, health = metrics or Metrics(), Health(ws.liveness_timeout_s)
+    metrics = metrics or Metrics()
+    health = Health(ws.liveness_timeout_s, settles=exactly_once)
     health.attach(app)
+
+    @app.on_rebalance_complete.connect
+    async def check_starts(sender, **_) -> None:  # noqa: ANN001, ARG001
+        inbox.nudge()
     transactions = checkpoints = member = None
     if exactly_once:
         transactions = BatchTransactions(new_producer, worker_transactional_id(
@@ -223,7 +221,7 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
                                    ws.checkpoint_keep, ws.checkpoint_keys_per_batch)
         on_assigned(app, ks, transactions, inbox.topic, inbox.topics,
                     local_state.changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS),
-                    ks.topic(DIAGNOSTICS), sessions, metrics, checkpoints,
+                    ks.topic(DIAGNOSTICS), sessions, metrics, health, checkpoints,
                     settle_timeout_s=ws.transaction_timeout_s + 30)
     processor = Processor(
         app, inbox, sessions, owner,
@@ -260,7 +258,7 @@ def gauges_reader(app, inbox: Inbox, table, health: Health, metrics: Metrics):  
         g = metrics.gauges
         metrics.rebalances = health.assignments
         g.ready = health.readiness()[0]
-        g.restoring = health.phase == "restoring"
+        g.restoring = health.restoring
         if app.should_stop or health.phase != "ready":
             return  # lag and state keep their last values: the consumer is being reassigned
         consumer = app.consumer
@@ -273,7 +271,7 @@ def gauges_reader(app, inbox: Inbox, table, health: Health, metrics: Metrics):  
             if high is not None and position is not None:
                 lag[tp.partition] = max(0, high - position) + held.get(tp.partition, 0)
         g.lag = lag
-        dbs = getattr(table.data, "_dbs", {})  # only stores faust has open: never open one here
+        dbs = open_partition_stores(table)  # only stores faust has open: never open one here
         state = {}
         for tp in tps:
             db = dbs.get(tp.partition)
@@ -289,7 +287,7 @@ def gauges_reader(app, inbox: Inbox, table, health: Health, metrics: Metrics):  
 
 def on_assigned(app, ks: KafkaSettings, transactions: BatchTransactions, input_name: str,  # noqa: ANN001
                 read: frozenset[str], changelog: str, diagnostics: str, table,  # noqa: ANN001
-                metrics: Metrics, checkpoints: Checkpointer | None = None, *,
+                metrics: Metrics, health: Health, checkpoints: Checkpointer | None = None, *,
                 settle_timeout_s: float = 90.0) -> None:
     """Exactly-once, at each assignment and before faust's table recovery: wait until the
     partitions' last owners' transactions have ended (their offset commits are stable, and no
@@ -298,8 +296,6 @@ def on_assigned(app, ks: KafkaSettings, transactions: BatchTransactions, input_n
     can no longer commit (its offsets carry an older generation). Only then is the committed
     offset read (Processor._starts) and input processed. A failure here exits (70): the next
     start does the same from the beginning."""
-    tables = app.tables
-    recover = tables.on_rebalance
     stable = committed_offsets(ks, app.conf.id)
 
     async def on_rebalance(assigned, revoked, newly_assigned, generation_id=0):  # noqa: ANN001, ANN202
@@ -309,6 +305,7 @@ def on_assigned(app, ks: KafkaSettings, transactions: BatchTransactions, input_n
             return           # are closing, and the next start takes the partitions over
         try:
             mine = sorted({tp.partition for tp in assigned if tp.topic == input_name})
+            health.send(Assigned(generation_id))
             began = time.monotonic()
             # this worker's own last incarnation is fenced once its producer holds its id
             await transactions.start()
@@ -318,9 +315,10 @@ def on_assigned(app, ks: KafkaSettings, transactions: BatchTransactions, input_n
                                        [(topic, p) for topic in (changelog, diagnostics)
                                         for p in mine], settle_timeout_s)
             settled = time.monotonic()
+            health.send(Settled())
             if app.should_stop:
                 return
-            dbs = {p: table.data._db_for_partition(p) for p in mine}
+            dbs = {p: partition_store(table, p) for p in mine}
             applied = await loop.run_in_executor(None, local_state.top_up, ks, changelog, dbs)
             # faust's stores are the only holders again: a stop meanwhile clears them, and a
             # handle kept here would hold the RocksDB lock against their reopening
@@ -333,19 +331,19 @@ def on_assigned(app, ks: KafkaSettings, transactions: BatchTransactions, input_n
             if app.should_stop:
                 log.info("stopping: the assigned partitions were not taken over")
                 return
+            health.send(Fail())
             log.exception("fatal: the assigned partitions could not be taken over; exiting")
             logging.shutdown()
             os._exit(EXIT_FATAL)
         if not app.should_stop:  # a stop came while the transactions settled or the top-up ran
             await recover(assigned, revoked, newly_assigned, generation_id)
 
-    tables.on_rebalance = on_rebalance
+    recover = replace_table_rebalance(app, on_rebalance)  # faust's: the tables' recovery
 
 
 def stop_within(worker, timeout_s: float) -> None:  # noqa: ANN001  (a faust Worker)
     """A signalled stop ends within `timeout_s`: the batch in flight has half of it
     (Processor), and should faust's own shutdown hang past it, the process exits 70 anyway."""
-    schedule = worker._schedule_shutdown  # mode.Worker: what its SIGTERM and SIGINT handlers call
 
     def give_up() -> None:
         log.error("did not stop within %.0fs of the signal (TRANSCRIPT_SHUTDOWN_TIMEOUT_S); "
@@ -353,14 +351,12 @@ def stop_within(worker, timeout_s: float) -> None:  # noqa: ANN001  (a faust Wor
         logging.shutdown()
         os._exit(EXIT_FATAL)
 
-    def on_signal(signum):  # noqa: ANN001, ANN202
-        if not worker._signal_stop_time:
-            watchdog = threading.Timer(timeout_s, give_up)
-            watchdog.daemon = True
-            watchdog.start()
-        schedule(signum)
+    def watch() -> None:
+        watchdog = threading.Timer(timeout_s, give_up)
+        watchdog.daemon = True
+        watchdog.start()
 
-    worker._schedule_shutdown = on_signal
+    on_first_stop_signal(worker, watch)
 
 
 def check_topics(ks: KafkaSettings, ws: WorkerSettings) -> dict[str, int] | str:
