@@ -69,8 +69,8 @@ class WorkerProcess(CliProcess):
     """`python -m workers worker` with its own state dir."""
 
     def __init__(self, env: dict[str, str], state_dir: Path, log: Path, **extra: str) -> None:
-        super().__init__(["worker"], dict(env, TRANSCRIPT_STATE_DIR=str(state_dir),
-                                          TRANSCRIPT_SESSION_TIMEOUT_S="6", **extra), log)
+        super().__init__(["worker"], {**env, "TRANSCRIPT_STATE_DIR": str(state_dir),
+                                      "TRANSCRIPT_SESSION_TIMEOUT_S": "6", **extra}, log)
 
 
 class Collector:

@@ -212,3 +212,55 @@ def test_worker_refuses_missing_topics(env):
     done = cli("worker", env=env, timeout=60)
     assert done.returncode == 2
     assert b"does not exist: run `transcript-owner topics apply`" in done.stderr
+
+
+def test_a_takeover_that_waits_for_an_open_transaction_keeps_its_membership(ks, env, workers,
+                                                                             kafka_bootstrap):
+    """A last owner's transaction stays open on the changelog (a frozen worker) for twice the
+    session timeout. The worker that takes the partitions over waits for it to end before it
+    reads the changelog, and meanwhile stays a member of the group: it is not removed for
+    missing heartbeats (the wait used to run inside aiokafka's assignment callback, which
+    sends none), and once the transaction ends it writes, without exiting."""
+    import asyncio
+
+    from kafka import KafkaAdminClient
+
+    from workers.stream import local_state
+    from workers.stream.batch_send import send_all
+    from workers.stream.transactions import BatchTransactions
+    from workers.stream.worker import producer_factory
+
+    changelog = local_state.changelog_topic(ks.topic_prefix, "transcript-owner", "sessions")
+    group = group_of(env)
+    loop = asyncio.new_event_loop()
+    frozen = BatchTransactions(producer_factory(ks, group, transaction_timeout_s=60),
+                               f"{group}-frozen")
+    loop.run_until_complete(frozen.start())
+    loop.run_until_complete(frozen.producer.begin_transaction())
+    loop.run_until_complete(send_all(frozen.producer, [(changelog, p, b"x", None, ())
+                                                       for p in range(8)]))
+    try:
+        w = workers(TRANSCRIPT_SESSION_TIMEOUT_S="4")
+        wait_members(kafka_bootstrap, group, 1, [w])
+        admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+        try:
+            def member() -> list[str]:
+                return [m["member_id"] for m in admin.describe_groups([group])[group]["members"]]
+
+            joined = member()
+            entries = collector(ks, ENTRIES)
+            records = list(generate(200, sessions_n=20, seed=29, legacy_rate=0.0))
+            publish(ks, ks.topic(CONFIRMATIONS), records)
+            # twice the session timeout with the transaction open: nothing can be written
+            with pytest.raises(AssertionError, match="timed out with 0 records"):
+                entries.wait_for(lambda r: len(r) > 0, 8, w)
+            assert member() == joined, "the waiting worker lost its group membership"
+        finally:
+            admin.close()
+    finally:
+        loop.run_until_complete(frozen.producer.abort_transaction())
+        loop.run_until_complete(frozen.close())
+        loop.close()
+    expected = replay_entries([v for _, v in records], env)
+    entries.wait_for(lambda r: len(r) >= len(expected), 120, w)
+    assert w.alive() and w.stop() == 0

@@ -38,7 +38,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -377,20 +377,21 @@ class SettleTimeout(Exception):
 
 
 def settle(ks, partitions: Iterable[tuple[str, int]], timeout_s: float,  # noqa: ANN001
-           poll_s: float = 0.05) -> None:
+           poll_s: float = 0.05, given_up: Callable[[], bool] | None = None) -> bool:
     """Return once every transaction open on these (topic, partition)s when asked has ended:
     each one's last stable offset (a read_committed end) has reached its high watermark as it
     was then. A partition's new owner calls it before it reads the changelog: the last owner's
     last transaction may be committing still (its markers are written after the commit
     returns), and a last owner that stalled holds its transaction open until it learns it was
-    fenced or the transaction times out; in either case the changelog is final only after."""
+    fenced or the transaction times out; in either case the changelog is final only after.
+    False if `given_up()` became true first (a newer assignment, a stop)."""
     from kafka import TopicPartition
 
     from workers.kafka_io import consumer
 
     tps = [TopicPartition(topic, p) for topic, p in partitions]
     if not tps:
-        return
+        return True
     deadline = time.monotonic() + timeout_s
     raw = consumer(ks, client_id="transcript-owner-settle", isolation_level="read_uncommitted")
     try:
@@ -403,7 +404,9 @@ def settle(ks, partitions: Iterable[tuple[str, int]], timeout_s: float,  # noqa:
             ends = stable.end_offsets(tps)  # last stable offsets
             open_ = sorted(f"{tp.topic}[{tp.partition}]" for tp in tps if ends[tp] < wanted[tp])
             if not open_:
-                return
+                return True
+            if given_up is not None and given_up():
+                return False
             if time.monotonic() > deadline:
                 raise SettleTimeout(f"a transaction stayed open on {', '.join(open_)} for "
                                     f"{timeout_s:.0f}s")

@@ -297,12 +297,31 @@ def on_assigned(app, ks: KafkaSettings, transactions: BatchTransactions, input_n
     offset read (Processor._starts) and input processed. A failure here exits (70): the next
     start does the same from the beginning."""
     stable = committed_offsets(ks, app.conf.id)
+    current: list = [None, None]  # the takeover in progress: its task, its superseded flag
 
     async def on_rebalance(assigned, revoked, newly_assigned, generation_id=0):  # noqa: ANN001, ANN202
+        """faust's hook, run inside aiokafka's assignment callback, where this member sends no
+        heartbeat: a takeover that waited there for a frozen last owner's transaction (up to
+        the transaction timeout) outlived the session timeout and lost the assignment. So the
+        takeover runs beside it; the partitions stay paused and flow control off until it
+        hands them to faust's recovery."""
         if checkpoints is not None:  # its snapshot would hold a store faust closes and reopens
             checkpoints.abandon()
+        task, superseded = current
+        if task is not None and not task.done():  # a newer assignment: the last one ends first
+            superseded.set()
+            await asyncio.wait([task])
         if app.should_stop:  # an assignment that arrives as the worker stops: faust's stores
             return           # are closing, and the next start takes the partitions over
+        superseded = threading.Event()
+        current[:] = [asyncio.ensure_future(take_over(
+            assigned, revoked, newly_assigned, generation_id, superseded)), superseded]
+
+    async def take_over(assigned, revoked, newly_assigned, generation_id,  # noqa: ANN001, ANN202
+                        superseded: threading.Event) -> None:
+        def over() -> bool:
+            return superseded.is_set() or app.should_stop
+
         try:
             mine = sorted({tp.partition for tp in assigned if tp.topic == input_name})
             health.send(Assigned(generation_id))
@@ -311,13 +330,13 @@ def on_assigned(app, ks: KafkaSettings, transactions: BatchTransactions, input_n
             await transactions.start()
             await stable([tp for tp in assigned if tp.topic in read])
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, local_state.settle, ks,
-                                       [(topic, p) for topic in (changelog, diagnostics)
-                                        for p in mine], settle_timeout_s)
+            done = await loop.run_in_executor(None, local_state.settle, ks,
+                                              [(topic, p) for topic in (changelog, diagnostics)
+                                               for p in mine], settle_timeout_s, 0.05, over)
+            if not done or over():
+                return
             settled = time.monotonic()
             health.send(Settled())
-            if app.should_stop:
-                return
             dbs = {p: partition_store(table, p) for p in mine}
             applied = await loop.run_in_executor(None, local_state.top_up, ks, changelog, dbs)
             # faust's stores are the only holders again: a stop meanwhile clears them, and a
@@ -328,14 +347,15 @@ def on_assigned(app, ks: KafkaSettings, transactions: BatchTransactions, input_n
                      "%d changelog records applied in %.2fs", mine, settled - began, applied,
                      time.monotonic() - settled)
         except Exception:
-            if app.should_stop:
-                log.info("stopping: the assigned partitions were not taken over")
+            if over():
+                log.info("the assigned partitions were not taken over: %s",
+                         "stopping" if app.should_stop else "a newer assignment came")
                 return
             health.send(Fail())
             log.exception("fatal: the assigned partitions could not be taken over; exiting")
             logging.shutdown()
             os._exit(EXIT_FATAL)
-        if not app.should_stop:  # a stop came while the transactions settled or the top-up ran
+        if not over():  # a stop or a newer assignment came while the top-up ran
             await recover(assigned, revoked, newly_assigned, generation_id)
 
     recover = replace_table_rebalance(app, on_rebalance)  # faust's: the tables' recovery
