@@ -269,7 +269,8 @@ def test_the_exactly_once_worker_end_to_end_as_its_own_principal(as_user, secure
     assert without_written_at(got) == without_written_at(expected)
     assert len(got) == n_written
     log = w.log.read_text(errors="replace")
-    assert "producers ready" in log  # the exactly-once path: a transactional producer each
+    # the exactly-once path: the takeover (its transactional producer started) ran
+    assert "last owners' transactions ended" in log
     assert "AuthorizationFailed" not in log and "not authorized" not in log.lower()
     assert secure["worker"]["KAFKA_SASL_PASSWORD"] not in log
 
