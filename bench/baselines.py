@@ -24,7 +24,7 @@ from pathlib import Path
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 
 from bench.common import BOOTSTRAP, ROOT
-from workers.stream.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
+from workers.core.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
 
 BENCH_VENV = ROOT / "var" / "venv-bench"
 # name -> the worker's processing guarantee it is compared with (None: the passthrough)

@@ -14,8 +14,8 @@ from pathlib import Path
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient
 
+from workers.core.partitioning import partition_for
 from workers.kafka_io import ranges_with_records
-from workers.stream.partitioning import partition_for
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")

@@ -87,7 +87,7 @@ from bench.common import (  # noqa: E402
     set_partitions,
     topics_apply,
 )
-from workers.stream.outputs import CONFIRMATIONS  # noqa: E402
+from workers.core.outputs import CONFIRMATIONS  # noqa: E402
 from workers.synthetic import generate  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"

@@ -24,8 +24,8 @@ from bench.common import (
     preload,
     transactional_ids,
 )
-from workers.stream.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
-from workers.stream.partitioning import partition_for
+from workers.core.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
+from workers.core.partitioning import partition_for
 from workers.synthetic import generate
 
 

@@ -11,9 +11,9 @@ from collections.abc import Iterable, Iterator
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 
+from workers.core.partitioning import partition_for
 from workers.kafka_auth import check_access
 from workers.settings import KafkaSettings
-from workers.stream.partitioning import partition_for
 
 
 def producer(ks: KafkaSettings, **overrides) -> KafkaProducer:

@@ -275,7 +275,7 @@ class WorkerSettings(BaseModel):
     # readers wait for it until then. 10 s as Kafka Streams' exactly-once default: a batch's
     # transaction lasts well under a second
     transaction_timeout_s: float = Field(default=10.0, ge=1.0, le=900, allow_inf_nan=False)
-    # audit past input retention (workers.stream.checkpoints): a copy of each partition's state
+    # audit past input retention (core/checkpoint_format.py): a copy of each partition's state
     # per interval, `keep` of them (interval x keep must exceed the input's retention)
     checkpoint_interval_s: float = Field(default=86400.0, ge=0.1, le=7 * 86400,
                                          allow_inf_nan=False)

@@ -44,8 +44,8 @@ for _path in (str(HERE.parents[1]), str(HERE)):  # the repository root; the edge
 from session_key_edges import CANONICAL, ROUTES, TIMESTAMPS, Err, ScopeErr  # noqa: E402
 
 from schemas.parse import Invalid, parse_input  # noqa: E402
+from workers.core.partitioning import partition_for  # noqa: E402
 from workers.core.session_keys import canonical_session_key, session_key_for_route  # noqa: E402
-from workers.stream.partitioning import partition_for  # noqa: E402
 
 OUT = HERE / "session_keys.json"
 PARTITION_COUNTS = (1, 3, 8, 12, 64)

@@ -31,10 +31,10 @@ import pytest
 
 from tests.conftest import delete_topics
 from tests.integration.harness import Collector, poll_until, replay_entries, without_written_at
+from workers.core.outputs import CONFIRMATIONS, ENTRIES
 from workers.kafka_io import publish
 from workers.scenario import steps
 from workers.settings import kafka_settings
-from workers.stream.outputs import CONFIRMATIONS, ENTRIES
 
 pytestmark = pytest.mark.slow
 

@@ -40,10 +40,11 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from tests.conftest import ROOT
 from tests.faults.test_faults import record
 from tests.integration.harness import WorkerProcess, group_of, poll_until, wait_drained
+from workers.core.checkpoint_format import CHECKPOINTS, KEYS_PER_BATCH, Checkpoint, decode
+from workers.core.outputs import CONFIRMATIONS, ENTRIES
 from workers.kafka_io import end_offsets, producer, read
 from workers.settings import KafkaSettings, kafka_settings
-from workers.stream.checkpoints import CHECKPOINTS, KEYS_PER_BATCH, Checkpoint, Checkpointer, decode
-from workers.stream.outputs import CONFIRMATIONS, ENTRIES
+from workers.stream.checkpoints import Checkpointer
 from workers.synthetic import generate
 
 pytestmark = [pytest.mark.kafka, pytest.mark.faults]

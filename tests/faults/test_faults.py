@@ -40,9 +40,9 @@ from tests.integration.harness import (
     wait_members,
     wait_static_members,
 )
+from workers.core.outputs import CONFIRMATIONS, DIAGNOSTICS, ENTRIES
 from workers.kafka_io import producer, read
 from workers.settings import KafkaSettings, kafka_settings
-from workers.stream.outputs import CONFIRMATIONS, DIAGNOSTICS, ENTRIES
 from workers.synthetic import generate
 
 pytestmark = [pytest.mark.kafka, pytest.mark.faults]

@@ -25,8 +25,8 @@ from tests.integration.test_sink import (
     wait_sink_matches,
     with_audit_triggers,
 )
+from workers.core.outputs import CONFIRMATIONS, ENTRIES
 from workers.settings import kafka_settings
-from workers.stream.outputs import CONFIRMATIONS, ENTRIES
 
 pytestmark = [pytest.mark.kafka, pytest.mark.faults]
 

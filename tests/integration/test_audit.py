@@ -11,12 +11,12 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from tests.conftest import cli
 from tests.integration.harness import Collector, WorkerProcess, wait_drained
 from tests.integration.test_audit_retention import DM, truncated  # noqa: F401  (a fixture)
+from workers.core.checkpoint_format import CHECKPOINTS
+from workers.core.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES, ERASURES
+from workers.core.partitioning import partition_for
 from workers.kafka_io import producer, publish
 from workers.scenario import steps
 from workers.settings import kafka_settings
-from workers.stream.checkpoints import CHECKPOINTS
-from workers.stream.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES, ERASURES
-from workers.stream.partitioning import partition_for
 
 pytestmark = pytest.mark.kafka
 

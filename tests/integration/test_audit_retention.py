@@ -1,5 +1,5 @@
 """`audit` past input retention: the oldest input records deleted (as retention does), the audit
-starts each partition at a checkpoint the worker wrote (workers/stream/checkpoints.py) and stays
+starts each partition at a checkpoint the worker wrote (workers/core/checkpoint_format.py) and stays
 exact: clean on what the worker wrote, and still finding a forged, a missing and a changed
 entry; a session erased before the checkpoint is checked against its erasure record."""
 
@@ -15,12 +15,12 @@ from kafka import KafkaAdminClient, TopicPartition
 from tests.conftest import cli
 from tests.integration.harness import Collector, WorkerProcess, group_of, poll_until, wait_drained
 from tests.unit.wire import confirmation, dumps
+from workers.core.checkpoint_format import CHECKPOINTS, manifest_key
+from workers.core.outputs import CONFIRMATIONS, ENTRIES
+from workers.core.partitioning import partition_for
 from workers.kafka_io import end_offsets, producer, publish, read
 from workers.scenario import steps
 from workers.settings import kafka_settings
-from workers.stream.checkpoints import CHECKPOINTS, manifest_key
-from workers.stream.outputs import CONFIRMATIONS, ENTRIES
-from workers.stream.partitioning import partition_for
 
 pytestmark = pytest.mark.kafka
 DM = "agent:ops:telegram:direct:uret1"
@@ -220,7 +220,7 @@ def test_a_partition_that_went_quiet_is_checkpointed_after_its_last_record(env, 
     the end of what it processed, by time, not with a next batch that never comes (until issue
     24 a checkpoint rode a batch, at the batch's first offset). So once retention has removed
     every input record, `audit` starts every partition at that checkpoint and is clean."""
-    from workers.stream.checkpoints import parse_key, read_manifest
+    from workers.core.checkpoint_format import parse_key, read_manifest
 
     ks = kafka_settings(env)
     scenario = steps("ret4", datetime(2026, 6, 1, 9, 0, tzinfo=UTC))

@@ -28,10 +28,10 @@ from tests.conftest import cli
 from tests.integration.harness import Collector, group_of, wait_drained
 from tests.integration.test_sink import db_entries, entry, live_entries
 from tests.typescript_connector import built
+from workers.core.outputs import CONFIRMATIONS, DLQ, ENTRIES
+from workers.core.partitioning import partition_for
 from workers.kafka_io import producer, read
 from workers.settings import kafka_settings, worker_settings
-from workers.stream.outputs import CONFIRMATIONS, DLQ, ENTRIES
-from workers.stream.partitioning import partition_for
 
 pytestmark = pytest.mark.kafka
 

@@ -15,12 +15,20 @@ from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
 from tests.conftest import cli
 from tests.integration.harness import Collector, group_lag, group_of, wait_drained
 from tests.unit.wire import confirmation, dumps
+from workers.core.outputs import (
+    CONFIRMATIONS,
+    CONTROL,
+    DLQ,
+    ENTRIES,
+    ERASURES,
+    SESSIONS,
+    changelog_topic,
+    entry_key,
+)
+from workers.core.partitioning import partition_for
 from workers.core.state import CUTOVER_KEY
 from workers.kafka_io import publish, read
 from workers.settings import kafka_settings
-from workers.stream.local_state import SESSIONS, changelog_topic
-from workers.stream.outputs import CONFIRMATIONS, CONTROL, DLQ, ENTRIES, ERASURES, entry_key
-from workers.stream.partitioning import partition_for
 
 pytestmark = pytest.mark.kafka
 

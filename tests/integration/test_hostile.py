@@ -12,9 +12,9 @@ from kafka import KafkaProducer
 
 from tests.conftest import cli, delete_topics
 from tests.integration.harness import Collector, group_of, wait_drained
+from workers.core.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
 from workers.kafka_io import publish
 from workers.settings import kafka_settings
-from workers.stream.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
 
 pytestmark = pytest.mark.kafka
 

@@ -30,10 +30,10 @@ from tests.integration.test_codecs import (
 from tests.integration.test_sink import count, db_entries, live_entries
 from tests.unit.wire import confirmation, dumps
 from workers.core.control import ONLY_ON_CONTROL
+from workers.core.outputs import CONFIRMATIONS, DLQ, ENTRIES, ERASURES, entry_key
+from workers.core.partitioning import partition_for
 from workers.kafka_io import publish, read
 from workers.settings import kafka_settings, worker_settings
-from workers.stream.outputs import CONFIRMATIONS, DLQ, ENTRIES, ERASURES, entry_key
-from workers.stream.partitioning import partition_for
 
 pytestmark = pytest.mark.kafka
 

@@ -29,9 +29,9 @@ from tests.integration.harness import (
     wait_drained,
     wait_members,
 )
+from workers.core.outputs import CONFIRMATIONS, DLQ, ENTRIES
 from workers.kafka_io import publish, read
 from workers.settings import kafka_settings
-from workers.stream.outputs import CONFIRMATIONS, DLQ, ENTRIES
 from workers.synthetic import generate
 
 pytestmark = pytest.mark.kafka

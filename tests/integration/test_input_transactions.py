@@ -12,9 +12,9 @@ from kafka.admin import KafkaAdminClient
 
 from tests.conftest import cli
 from tests.integration.harness import Collector, group_of, poll_until
+from workers.core.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
+from workers.core.partitioning import partition_for
 from workers.settings import kafka_settings
-from workers.stream.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
-from workers.stream.partitioning import partition_for
 
 pytestmark = pytest.mark.kafka
 

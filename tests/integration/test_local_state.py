@@ -17,10 +17,10 @@ from kafka.admin import KafkaAdminClient
 
 from tests.conftest import cli
 from tests.integration.harness import Collector, poll_until
+from workers.core.outputs import CONFIRMATIONS, ENTRIES
+from workers.core.partitioning import partition_for
 from workers.kafka_io import end_offsets, publish, read
 from workers.settings import kafka_settings
-from workers.stream.outputs import CONFIRMATIONS, ENTRIES
-from workers.stream.partitioning import partition_for
 
 pytestmark = pytest.mark.kafka
 

@@ -27,9 +27,9 @@ from pathlib import Path
 import pytest
 
 from tests.integration.harness import ROOT, group_of, poll_until, wait_drained
+from workers.core.outputs import CONFIRMATIONS, DLQ, ENTRIES
 from workers.kafka_io import end_offsets, publish, read
 from workers.settings import kafka_settings
-from workers.stream.outputs import CONFIRMATIONS, DLQ, ENTRIES
 from workers.synthetic import generate
 
 pytestmark = pytest.mark.kafka

@@ -42,10 +42,10 @@ from tests.integration.harness import (
     replay_entries,
     without_written_at,
 )
+from workers.core.outputs import CONFIRMATIONS, CONTROL, DLQ, ENTRIES, ERASURES
 from workers.kafka_io import producer, publish, read
 from workers.scenario import steps
 from workers.settings import kafka_settings
-from workers.stream.outputs import CONFIRMATIONS, CONTROL, DLQ, ENTRIES, ERASURES
 from workers.topics import load_acls, load_topics
 
 pytestmark = pytest.mark.kafka
@@ -342,7 +342,7 @@ def test_only_the_operator_erases(as_user, secure, applied, prefix, tmp_path):
     """Erasure is the operator's (DESIGN 1.2): the connector may not write transcript.control,
     `forget` with its credentials exits 2, and an erase it publishes to the input is a dead
     letter; `forget` as the operator erases through the worker, and the audit is clean."""
-    from workers.stream.partitioning import partition_for
+    from workers.core.partitioning import partition_for
 
     connector, operator = kafka_settings(as_user("connector")), kafka_settings(as_user("operator"))
     victim = "agent:ops:telegram:direct:sec-erase"

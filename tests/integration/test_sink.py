@@ -20,10 +20,10 @@ import pytest
 from tests.conftest import cli
 from tests.integration.harness import CliProcess, group_of, wait_drained
 from workers.commands.sink import SinkDB
+from workers.core.outputs import CONFIRMATIONS, ENTRIES
+from workers.core.partitioning import partition_for
 from workers.kafka_io import producer, publish, read
 from workers.settings import KafkaSettings, kafka_settings
-from workers.stream.outputs import CONFIRMATIONS, ENTRIES
-from workers.stream.partitioning import partition_for
 from workers.synthetic import generate
 
 pytestmark = pytest.mark.kafka

@@ -9,10 +9,10 @@ import pytest
 
 from tests.integration.harness import Collector, group_of, wait_drained
 from workers.core import head_key, seen_key
+from workers.core.outputs import CONFIRMATIONS, ENTRIES
+from workers.core.partitioning import partition_for
 from workers.kafka_io import publish, read
 from workers.settings import kafka_settings
-from workers.stream.outputs import CONFIRMATIONS, ENTRIES
-from workers.stream.partitioning import partition_for
 
 pytestmark = pytest.mark.kafka
 

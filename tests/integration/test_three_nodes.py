@@ -15,9 +15,9 @@ from collections import Counter
 import pytest
 
 from tests.integration.harness import CLUSTER_BOOTSTRAP, Collector, describe, poll_until
+from workers.core.outputs import CONFIRMATIONS, ENTRIES
 from workers.kafka_io import publish
 from workers.settings import kafka_settings
-from workers.stream.outputs import CONFIRMATIONS, ENTRIES
 
 pytestmark = pytest.mark.kafka
 

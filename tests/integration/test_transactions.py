@@ -15,12 +15,12 @@ from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaError
 
+from workers.core.outputs import CONFIRMATIONS, ENTRIES, changelog_topic
 from workers.kafka_io import consumer
 from workers.settings import kafka_settings
 from workers.stream import local_state, worker
 from workers.stream.adapter import GroupMember
 from workers.stream.batch_send import send_all
-from workers.stream.outputs import CONFIRMATIONS, ENTRIES
 from workers.stream.transactions import BatchTransactions, TransactionFailed
 from workers.stream.worker import committed_offsets, producer_factory
 
@@ -166,7 +166,7 @@ def test_a_restart_with_the_same_transactional_id_ends_the_open_transaction(env,
 
 def test_settle_waits_for_a_transaction_open_on_the_changelog(env, topics):
     ks = kafka_settings(env)
-    changelog = local_state.changelog_topic(ks.topic_prefix, "transcript-owner", "sessions")
+    changelog = changelog_topic(ks.topic_prefix, "transcript-owner", "sessions")
     group = ks.topic_prefix + "settle"
 
     async def scenario() -> None:
@@ -226,7 +226,7 @@ def test_top_up_applies_committed_changelog_records_and_skips_aborted_ones(env, 
     import rocksdict
 
     ks = kafka_settings(env)
-    changelog = local_state.changelog_topic(ks.topic_prefix, "transcript-owner", "sessions")
+    changelog = changelog_topic(ks.topic_prefix, "transcript-owner", "sessions")
     group = ks.topic_prefix + "topup"
 
     async def write() -> None:

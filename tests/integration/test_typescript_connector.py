@@ -17,10 +17,10 @@ import pytest
 from tests.conftest import ROOT
 from tests.integration.harness import Collector, group_of, wait_drained
 from tests.typescript_connector import built, failures, tap_summary
+from workers.core.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
+from workers.core.partitioning import partition_for
 from workers.scenario import steps
 from workers.settings import kafka_settings
-from workers.stream.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
-from workers.stream.partitioning import partition_for
 
 pytestmark = pytest.mark.kafka
 

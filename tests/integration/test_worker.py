@@ -18,10 +18,10 @@ from tests.integration.harness import (
     wait_members,
     without_written_at,
 )
+from workers.core.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
 from workers.kafka_io import publish
 from workers.scenario import steps
 from workers.settings import kafka_settings
-from workers.stream.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
 from workers.synthetic import generate
 
 pytestmark = pytest.mark.kafka
@@ -225,12 +225,12 @@ def test_a_takeover_that_waits_for_an_open_transaction_keeps_its_membership(ks, 
 
     from kafka import KafkaAdminClient
 
-    from workers.stream import local_state
+    from workers.core.outputs import changelog_topic
     from workers.stream.batch_send import send_all
     from workers.stream.transactions import BatchTransactions
     from workers.stream.worker import producer_factory
 
-    changelog = local_state.changelog_topic(ks.topic_prefix, "transcript-owner", "sessions")
+    changelog = changelog_topic(ks.topic_prefix, "transcript-owner", "sessions")
     group = group_of(env)
     loop = asyncio.new_event_loop()
     frozen = BatchTransactions(producer_factory(ks, group, transaction_timeout_s=60),

@@ -17,10 +17,10 @@ from workers.commands import audit, audit_start
 from workers.commands.audit_start import entry_key, erased_before, older
 from workers.commands.loadgen import Progress
 from workers.core import MemoryState, SessionHead, head_key
+from workers.core.checkpoint_format import Checkpoint
+from workers.core.outputs import ENTRIES
+from workers.core.owner import Owner
 from workers.settings import kafka_settings
-from workers.stream.checkpoints import Checkpoint
-from workers.stream.outputs import ENTRIES
-from workers.stream.owner import Owner
 
 VICTIM = "agent:ops:telegram:direct:erased"
 OTHER = "agent:ops:telegram:direct:kept"

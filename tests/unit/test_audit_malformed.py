@@ -19,12 +19,12 @@ import pytest
 from tests.unit.wire import confirmation, dumps
 from workers.commands import audit, audit_start
 from workers.core import MemoryState, SessionHead, head_key
+from workers.core import checkpoint_format as checkpoints
+from workers.core.checkpoint_format import CHECKPOINTS, Malformed
+from workers.core.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES, ERASURES, Source
+from workers.core.owner import Owner
+from workers.core.partitioning import partition_for
 from workers.settings import kafka_settings
-from workers.stream import checkpoints
-from workers.stream.checkpoints import CHECKPOINTS, Malformed
-from workers.stream.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES, ERASURES, Source
-from workers.stream.owner import Owner
-from workers.stream.partitioning import partition_for
 
 PREFIX = "t."
 SECRET = "s3cret-text"  # in every garbage record: no finding may repeat it

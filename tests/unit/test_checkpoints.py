@@ -1,4 +1,4 @@
-"""Checkpoint records (workers/stream/checkpoints.py): chunks and manifest round-trip; a slot
+"""Checkpoint records (workers/core/checkpoint_format.py): chunks and manifest round-trip; a slot
 reused by a newer checkpoint hides the older one; an incomplete checkpoint is not used; no batch
 carries more than the bound of state keys, however large a partition's state (a copy is spread
 over batches from a snapshot); an interrupted copy is no checkpoint."""
@@ -14,8 +14,9 @@ import rocksdict
 
 from workers.commands.audit_start import state_of
 from workers.core import Seen, SessionHead, head_key, seen_key
-from workers.stream import checkpoints
-from workers.stream.checkpoints import Checkpointer, decode, encode
+from workers.core import checkpoint_format as checkpoints
+from workers.core.checkpoint_format import decode, encode
+from workers.stream.checkpoints import Checkpointer
 
 AT = datetime(2026, 6, 1, tzinfo=UTC)
 

@@ -29,10 +29,10 @@ from workers.core.control import (
     control_offset,
     ticket,
 )
+from workers.core.outputs import CONFIRMATIONS, DLQ, ENTRIES, ERASURES, Source
+from workers.core.owner import Owner, Step
+from workers.core.partitioning import partition_for
 from workers.core.state import CUTOVER_KEY, ticket_key
-from workers.stream.outputs import CONFIRMATIONS, DLQ, ENTRIES, ERASURES, Source
-from workers.stream.owner import Owner, Step
-from workers.stream.partitioning import partition_for
 
 PARTITIONS = 8
 HOME = partition_for(KEY, PARTITIONS)

@@ -13,7 +13,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from schemas import MAX_RECORD_BYTES, Invalid, parse_input
 from workers.core import dead_letter as dead_letter_outcome
-from workers.stream.outputs import (
+from workers.core.outputs import (
     DEAD_LETTER_MAX_ERROR,
     DEAD_LETTER_MAX_KEY,
     DEAD_LETTER_MAX_VALUE,

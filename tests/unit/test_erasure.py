@@ -20,9 +20,9 @@ from tests.unit.test_session_store import FakeStores, store_over
 from tests.unit.wire import WRITTEN_AT, confirmation, dumps, reset
 from workers.core import EMPTY_HEAD, MemoryState, SessionHead, head_key, seen_key, step
 from workers.core.outcomes import CONFIRMED_BEFORE_ERASURE
-from workers.stream.outputs import DIAGNOSTICS, ENTRIES, ERASURES, Source, entry_key
-from workers.stream.owner import Owner, Step
-from workers.stream.partitioning import partition_for
+from workers.core.outputs import DIAGNOSTICS, ENTRIES, ERASURES, Source, entry_key
+from workers.core.owner import Owner, Step
+from workers.core.partitioning import partition_for
 
 KEY = "agent:ops:telegram:group:-100123"
 OTHER = "agent:ops:slack:channel:c0general"

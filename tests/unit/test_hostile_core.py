@@ -36,10 +36,10 @@ from workers.core import (
     decide_in,
     session_key_of,
 )
+from workers.core.outputs import DLQ, Source
+from workers.core.owner import Owner
+from workers.core.partitioning import partition_for
 from workers.core.state import SEEN_KEYS_FROM, parse_seen_key
-from workers.stream.outputs import DLQ, Source
-from workers.stream.owner import Owner
-from workers.stream.partitioning import partition_for
 from workers.stream.session_store import SessionStore
 
 KEY = "agent:ops:telegram:group:-100123"

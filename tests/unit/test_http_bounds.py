@@ -2,7 +2,7 @@
 they are accepted, a connection without a complete request is closed at the idle bound and any
 connection at its lifetime, requests past the size limits get 400, and a malformed one is
 logged as one debug line without its bytes or a traceback. The server is the worker's
-(`HttpService` on 127.0.0.1:0), on an asyncio loop, its bounds shortened."""
+(`HttpServer` on 127.0.0.1:0), on an asyncio loop, its bounds shortened."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from workers.ops.health import Health
-from workers.ops.http import MAX_HEADERS, MAX_LINE, HttpService, bind
+from workers.ops.http import MAX_HEADERS, MAX_LINE, HttpServer, bind
 from workers.ops.metrics import Metrics
 
 WAIT_S = 10.0  # for an event that should come at once or at a short bound: a hang fails
@@ -32,7 +32,7 @@ async def serving(refresh: Callable[[], Awaitable[None]] = _nothing,
                   **bounds: Any) -> AsyncIterator[int]:
     """The worker's HTTP service on a free loopback port; yields the port."""
     sock = bind("127.0.0.1", 0)
-    service = HttpService(sock, Health(liveness_timeout_s=10), Metrics(), refresh, **bounds)
+    service = HttpServer(sock, Health(liveness_timeout_s=10), Metrics(), refresh, **bounds)
     await service.start()
     try:
         yield sock.getsockname()[1]

@@ -18,15 +18,15 @@ from schemas import Invalid, parse_input
 from tests.unit.test_properties import INPUTS
 from tests.unit.wire import WRITTEN_AT, confirmation, dumps, run
 from workers.core import DEFAULT_DEDUPE_WINDOW, EMPTY_HEAD, MemoryState, session_key_of
-from workers.stream.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES, OutRecord, Source
-from workers.stream.owner import Owner
-from workers.stream.partitioning import partition_for
+from workers.core.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES, OutRecord, Source
+from workers.core.owner import Owner
+from workers.core.partitioning import partition_for
 
 PARTITIONS = 8
 
 
 def home(key: str) -> int:
-    """The Java client's partition, computed without workers.stream.partitioning (and its cache)."""
+    """The Java client's partition, computed without workers.core.partitioning (and its cache)."""
     return (murmur2(key.encode()) & 0x7FFFFFFF) % PARTITIONS
 
 

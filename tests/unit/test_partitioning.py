@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2
 
-from workers.stream.partitioning import murmur2 as ours
-from workers.stream.partitioning import partition_for
+from workers.core.partitioning import murmur2 as ours
+from workers.core.partitioning import partition_for
 
 
 @settings(max_examples=500, derandomize=True)

@@ -31,7 +31,7 @@ from tests.unit.test_records import DEAD_LETTERS
 from tests.unit.wire import DELETE, confirmation, dumps, reset, set_path
 from workers.core import MemoryState, fold
 from workers.core.fingerprint import _JSON as FINGERPRINT_JSON
-from workers.stream.outputs import ENTRIES, Source, encode
+from workers.core.outputs import ENTRIES, Source, encode
 
 VECTORS = Path(__file__).parents[2] / "schemas" / "vectors" / "session_keys.json"
 W = datetime.fromisoformat("2027-01-01T00:00:00+00:00")

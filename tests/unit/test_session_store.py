@@ -34,10 +34,10 @@ from workers.core import (
     head_key,
     seen_key,
 )
+from workers.core.outputs import DLQ, Source
+from workers.core.owner import Owner, Step
+from workers.core.partitioning import partition_for
 from workers.core.state import micros
-from workers.stream.outputs import DLQ, Source
-from workers.stream.owner import Owner, Step
-from workers.stream.partitioning import partition_for
 from workers.stream.session_store import SessionStore, Write
 
 KEY = "agent:ops:telegram:group:-100123"

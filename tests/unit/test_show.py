@@ -1,6 +1,6 @@
 """`show SESSION_KEY` and `forget`'s live-entry count select a session by its exact entry keys,
 never by a key prefix; `show`'s table view prints no control character (workers/commands/show.py,
-workers/commands/forget.py, parse_entry_key in workers/stream/outputs.py). No broker: the topic
+workers/commands/forget.py, parse_entry_key in workers/core/outputs.py). No broker: the topic
 is a list of records handed to the readers in place of `workers.kafka_io.read`."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from tests.unit.test_sink import Rec, entry, key, value
 from workers.cli import main
 from workers.commands import forget, show
 from workers.commands.sink import SinkDB
+from workers.core.outputs import entry_key, parse_entry_key
 from workers.settings import kafka_settings
-from workers.stream.outputs import entry_key, parse_entry_key
 
 K = "agent:a:main"
 NEIGHBOUR = "agent:a:main#1"  # a session key may hold `#`: its keys start with `K#` too

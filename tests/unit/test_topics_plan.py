@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from workers.core.outputs import changelog_topic
 from workers.settings import SettingsError, WorkerSettings
-from workers.stream import local_state
 from workers.stream.transactions import worker_transactional_id
 from workers.topics import (
     AclBinding,
@@ -60,7 +60,7 @@ def test_repo_topics_file_declares_every_topic_the_worker_uses():
 
 def test_the_changelog_is_compacted_kept_forever_and_named_as_faust_names_it():
     specs = {s.name: s for s in load_topics(ROOT / "topics.yaml", prefix="p.", app_id="blue")}
-    name = local_state.changelog_topic("p.", "blue", "sessions")
+    name = changelog_topic("p.", "blue", "sessions")
     assert name == "p.blue-sessions-changelog"
     c = specs[name].config_map
     assert (c["cleanup.policy"], c["retention.ms"], c["min.compaction.lag.ms"]) == (

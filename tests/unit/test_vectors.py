@@ -20,7 +20,7 @@ import pytest
 from schemas.parse import Invalid, parse_input
 from workers.core import canonical_session_key, session_key_for_route
 from workers.core import session_keys as session_keys_module
-from workers.stream.partitioning import partition_for
+from workers.core.partitioning import partition_for
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES_SCRIPT = ROOT / "connectors/typescript/scripts/pyunicode_tables.py"

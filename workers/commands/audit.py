@@ -50,8 +50,7 @@ from typing import Any, TypeVar
 from workers.commands import audit_control, audit_start
 from workers.commands.loadgen import Progress
 from workers.core import MemoryState
-from workers.settings import KafkaSettings, kafka_settings, worker_settings
-from workers.stream.checkpoints import (
+from workers.core.checkpoint_format import (
     OFFSET_MAX,
     PARTITION_MAX,
     Checkpoint,
@@ -60,18 +59,20 @@ from workers.stream.checkpoints import (
     text_member,
     whole_member,
 )
-from workers.stream.local_state import SESSIONS, changelog_topic
-from workers.stream.outputs import (
+from workers.core.outputs import (
     CONFIRMATIONS,
     CONTROL,
     DIAGNOSTICS,
     DLQ,
     ENTRIES,
     ERASURES,
+    SESSIONS,
     Source,
+    changelog_topic,
     entry_key,
 )
-from workers.stream.owner import Owner
+from workers.core.owner import Owner
+from workers.settings import KafkaSettings, kafka_settings, worker_settings
 
 KINDS = ("missing", "unexpected", "differing", "rewritten", "order",
          "diagnostics_missing", "diagnostics_unexpected", "dead_letters_missing",

@@ -15,10 +15,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from workers.core import MemoryState
+from workers.core.outputs import DLQ, Source
+from workers.core.owner import Owner
 from workers.core.state import CUTOVER_KEY
 from workers.settings import KafkaSettings
-from workers.stream.outputs import DLQ, Source
-from workers.stream.owner import Owner
 
 
 def cutovers(ks: KafkaSettings, changelog: str) -> dict[int, int | str]:

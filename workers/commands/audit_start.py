@@ -1,4 +1,4 @@
-"""Where `audit` starts each input partition, and with what state (workers/stream/checkpoints.py).
+"""Where `audit` starts each input partition, and with what state (core/checkpoint_format.py).
 
 A partition whose input still starts at offset 0 is replayed from there with empty state, as it
 always was. A partition whose oldest records are gone (retention, `delete_records`) is replayed
@@ -32,9 +32,9 @@ from datetime import datetime
 from typing import Protocol
 
 from workers.core import MemoryState, Seen, SessionHead, UnreadableState, decode_v1
-from workers.stream.checkpoints import (
+from workers.core.checkpoint_format import (
+    BOOKKEEPING,
     CHECKPOINTS,
-    FAUST_KEYS,
     Checkpoint,
     Malformed,
     decode,
@@ -43,7 +43,7 @@ from workers.stream.checkpoints import (
     read_chunk,
     read_manifest,
 )
-from workers.stream.outputs import entry_key
+from workers.core.outputs import entry_key
 
 __all__ = ["Findings", "NoCheckpoint", "before", "entry_key", "entry_position", "erased_before",
            "older", "starts", "state_of"]
@@ -178,7 +178,7 @@ def state_of(checkpoint: Checkpoint) -> MemoryState:
     state records is not one the worker writes (it says which, by position)."""
     state = MemoryState()
     for i, (key, value) in enumerate(checkpoint.items):
-        if key.startswith(FAUST_KEYS):
+        if key.startswith(BOOKKEEPING):
             continue
         try:
             if key.startswith(b'["h",'):

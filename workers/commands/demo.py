@@ -12,10 +12,10 @@ import sys
 import time
 from datetime import UTC, datetime
 
+from workers.core.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
 from workers.kafka_io import consumer, publish
 from workers.scenario import steps
 from workers.settings import SettingsError, kafka_settings, worker_settings
-from workers.stream.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
 from workers.topics import format_table
 
 

@@ -82,8 +82,8 @@ def run(args: argparse.Namespace) -> int:
 
     from kafka.errors import KafkaError
 
-    from workers.stream.outputs import CONTROL
-    from workers.stream.partitioning import partition_for
+    from workers.core.outputs import CONTROL
+    from workers.core.partitioning import partition_for
 
     partition = partition_for(key, ws.partitions)
     try:
@@ -119,8 +119,8 @@ def run(args: argparse.Namespace) -> int:
 def live_entries(ks, key: str, partition: int) -> int:  # noqa: ANN001
     """How many entries of session `key` are live (compaction's view) in its partition: its
     exact entry keys, never a key prefix (session `K#1` is not part of `K`)."""
+    from workers.core.outputs import ENTRIES, parse_entry_key
     from workers.kafka_io import read
-    from workers.stream.outputs import ENTRIES, parse_entry_key
 
     entries: dict[int, bool] = {}  # seq -> live
     for r in read(ks, ks.topic(ENTRIES), partitions=[partition]):
@@ -145,8 +145,8 @@ def wait_recorded(ks, key: str, at: datetime, timeout: float) -> dict | None:  #
     """The worker's session-erasure/1 record of this erasure (erased_at >= at), or None."""
     from kafka import TopicPartition
 
+    from workers.core.outputs import ERASURES
     from workers.kafka_io import consumer
-    from workers.stream.outputs import ERASURES
 
     c = consumer(ks)
     try:

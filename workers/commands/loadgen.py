@@ -6,8 +6,8 @@ import argparse
 import sys
 import time
 
+from workers.core.outputs import CONFIRMATIONS
 from workers.settings import kafka_settings
-from workers.stream.outputs import CONFIRMATIONS
 from workers.synthetic import generate
 
 

@@ -29,8 +29,8 @@ from pydantic_core import to_json
 
 from schemas import Diagnostic
 from workers.core import OUTCOME_KINDS, MemoryState, Outcome
-from workers.stream.outputs import Source
-from workers.stream.owner import Owner
+from workers.core.outputs import Source
+from workers.core.owner import Owner
 
 _DIAGNOSTICS: TypeAdapter[tuple[Diagnostic, ...]] = TypeAdapter(tuple[Diagnostic, ...])
 _FLUSH_EVERY = 2048  # output lines per write

@@ -111,10 +111,10 @@ def from_topic(session_key: str) -> tuple[list[str], int, int]:
     """The session's live entries (compaction's view: the latest value per key) in seq order,
     read from the whole of its partition; the partition; how many live values were skipped."""
     from workers.commands.sink import Upsert, classify
+    from workers.core.outputs import ENTRIES, parse_entry_key
+    from workers.core.partitioning import partition_for
     from workers.kafka_io import read
     from workers.settings import kafka_settings, worker_settings
-    from workers.stream.outputs import ENTRIES, parse_entry_key
-    from workers.stream.partitioning import partition_for
 
     ks, ws = kafka_settings(), worker_settings()  # a SettingsError is reported by the CLI (exit 2)
     latest: dict[int, tuple[bytes, bytes | None]] = {}  # seq -> (key, value): compaction's view

@@ -64,7 +64,7 @@ from typing import Any, NamedTuple
 from pydantic import ValidationError
 
 from schemas import TranscriptEntry
-from workers.stream.outputs import parse_entry_key
+from workers.core.outputs import parse_entry_key
 
 log = logging.getLogger("transcript_owner.sink")
 
@@ -469,7 +469,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _entries() -> str:
-    from workers.stream.outputs import ENTRIES
+    from workers.core.outputs import ENTRIES
 
     return ENTRIES
 

@@ -23,7 +23,6 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
-from mode import Service
 
 from workers.ops.health import Health
 from workers.ops.metrics import Metrics
@@ -57,21 +56,21 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-class HttpService(Service):
-    """Started and stopped with the faust app (a dependency of it). The bounds are arguments
-    so that a test can shorten them; the worker takes the defaults."""
+class HttpServer:
+    """/livez, /readyz and /metrics on a bound socket; the worker starts and stops it with its
+    app (workers/stream/worker.py). The bounds are arguments so that a test can shorten them;
+    the worker takes the defaults."""
 
     def __init__(self, sock: socket.socket, health: Health, metrics: Metrics,
                  refresh: Callable[[], Awaitable[None]], *,
                  max_connections: int = MAX_CONNECTIONS, idle_s: float = IDLE_S,
-                 max_connection_s: float = MAX_CONNECTION_S, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+                 max_connection_s: float = MAX_CONNECTION_S) -> None:
         self.sock, self.health, self.metrics, self.refresh = sock, health, metrics, refresh
         self.max_connections, self.max_connection_s = max_connections, max_connection_s
         self.idle_s = idle_s
         self._runner: web.AppRunner | None = None
 
-    async def on_start(self) -> None:
+    async def start(self) -> None:
         app = web.Application(client_max_size=MAX_BODY)
         app.router.add_get("/livez", self._livez)
         app.router.add_get("/readyz", self._readyz)
@@ -87,7 +86,7 @@ class HttpService(Service):
         host, port = self.sock.getsockname()[:2]
         log.info("HTTP on %s:%s: /livez /readyz /metrics", host, port)
 
-    async def on_stop(self) -> None:
+    async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
 

@@ -105,15 +105,6 @@ def verdict(store: Store, changelog: Changelog, marker: Marker | None) -> str | 
     return None
 
 
-SESSIONS = "sessions"  # the worker's faust table (its changelog and local state are checked)
-
-
-def changelog_topic(topic_prefix: str, app_id: str, table: str) -> str:
-    """faust's name for a table's changelog: `<app id>-<table>-changelog`, where faust's app id
-    is the prefixed TRANSCRIPT_APP_ID (topics.yaml: `{app_id}-sessions-changelog`)."""
-    return f"{topic_prefix}{app_id}-{table}-changelog"
-
-
 def deployment_dir(state_dir: str | Path, topic_prefix: str, app_id: str) -> Path:
     """faust's datadir for one deployment: TRANSCRIPT_STATE_DIR/<prefix><app id>."""
     name = f"{topic_prefix}{app_id}"

@@ -49,6 +49,9 @@ from typing import Any
 from faust.types import TP, ConsumerMessage
 
 from workers.core.lifecycle import Checked, Fail
+from workers.core.outputs import DIAGNOSTICS, Source
+from workers.core.owner import Owner
+from workers.core.partitioning import murmur2
 from workers.ops.health import Health
 from workers.ops.metrics import Metrics
 from workers.stream.adapter import GroupFenced, GroupMember, partition_store
@@ -56,9 +59,6 @@ from workers.stream.batch_send import Record, send_all
 from workers.stream.checkpoints import Checkpointer
 from workers.stream.ingest import Inbox
 from workers.stream.local_state import OFFSET_KEY
-from workers.stream.outputs import DIAGNOSTICS, Source
-from workers.stream.owner import Owner
-from workers.stream.partitioning import murmur2
 from workers.stream.session_store import SessionStore
 from workers.stream.transactions import BatchTransactions, TransactionFailed
 
@@ -127,7 +127,7 @@ class Processor:
         self.store = SessionStore(
             lambda p: partition_store(table, p), owner.dedupe_window, cache_size)
         self._partitions: list[int] = []  # the input partitions of this generation
-        # exactly-once: per-partition state checkpoints for audit (workers.stream.checkpoints)
+        # exactly-once: per-partition state checkpoints for audit (core/checkpoint_format.py)
         self.checkpoints = checkpoints
 
     async def run(self) -> None:

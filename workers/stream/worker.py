@@ -18,8 +18,23 @@ import threading
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from mode import Service
+
+from workers.core.checkpoint_format import CHECKPOINTS
 from workers.core.lifecycle import Assigned, Fail, Settled
+from workers.core.outputs import (
+    CONFIRMATIONS,
+    CONTROL,
+    DIAGNOSTICS,
+    DLQ,
+    ENTRIES,
+    ERASURES,
+    SESSIONS,
+    changelog_topic,
+)
+from workers.core.owner import Owner
 from workers.ops.health import Health
 from workers.ops.metrics import Metrics
 from workers.settings import (
@@ -38,16 +53,16 @@ from workers.stream.adapter import (
     prompt_table_manager,
     replace_table_rebalance,
 )
-from workers.stream.checkpoints import CHECKPOINTS, Checkpointer
+from workers.stream.checkpoints import Checkpointer
 from workers.stream.ingest import Inbox, input_topic, read_committed, scheduler_for
-from workers.stream.outputs import CONFIRMATIONS, CONTROL, DIAGNOSTICS, DLQ, ENTRIES, ERASURES
-from workers.stream.owner import Owner
 from workers.stream.processor import EXIT_FATAL, BatchClock, Processor
 from workers.stream.transactions import BatchTransactions, worker_transactional_id
 
+if TYPE_CHECKING:
+    from workers.ops.http import HttpServer
+
 log = logging.getLogger("transcript_owner.worker")
 COMMITTED_OFFSETS_TIMEOUT_S = 120.0  # then the worker exits (70) and its supervisor restarts it
-SESSIONS = local_state.SESSIONS  # the faust table of build_app
 EXIT_STALE_STATE = 75  # faust found local state ahead of its changelog: discarded, restart me
 
 
@@ -146,6 +161,20 @@ def producer_factory(ks: KafkaSettings, app_id: str, transaction_timeout_s: floa
     return new_producer
 
 
+class _WithApp(Service):
+    """A server started and stopped with the faust app (mode's Service: a dependency of it)."""
+
+    def __init__(self, server: HttpServer, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.server = server
+
+    async def on_start(self) -> None:
+        await self.server.start()
+
+    async def on_stop(self) -> None:
+        await self.server.stop()
+
+
 def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str, int],
               http_socket=None, metrics: Metrics | None = None):  # noqa: ANN001
     """`http_socket`: a bound socket to serve /livez /readyz /metrics on."""
@@ -220,7 +249,7 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         checkpoints = Checkpointer(ks.topic(CHECKPOINTS), ws.checkpoint_interval_s,
                                    ws.checkpoint_keep, ws.checkpoint_keys_per_batch)
         on_assigned(app, ks, transactions, inbox.topic, inbox.topics,
-                    local_state.changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS),
+                    changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS),
                     ks.topic(DIAGNOSTICS), sessions, metrics, health, checkpoints,
                     settle_timeout_s=ws.transaction_timeout_s + 30)
     processor = Processor(
@@ -234,11 +263,11 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
     )
     app.task(processor.run)
     if http_socket is not None:
-        from workers.ops.http import HttpService
+        from workers.ops.http import HttpServer
 
-        app.add_dependency(HttpService(http_socket, health, metrics,
-                                       gauges_reader(app, inbox, sessions, health, metrics),
-                                       loop=app.loop))
+        app.add_dependency(_WithApp(HttpServer(
+            http_socket, health, metrics, gauges_reader(app, inbox, sessions, health, metrics)),
+            loop=app.loop))
 
     @app.timer(interval=10.0)
     async def report() -> None:
@@ -390,7 +419,7 @@ def check_topics(ks: KafkaSettings, ws: WorkerSettings) -> dict[str, int] | str:
                                  enable_auto_commit=False)
     except KafkaError as exc:
         return f"cannot reach Kafka at {ks.bootstrap}: {exc}"
-    changelog = local_state.changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS)
+    changelog = changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS)
     counts = {}
     try:
         for name in (*(ks.topic(n) for n in (CONFIRMATIONS, CONTROL, ENTRIES, DIAGNOSTICS, DLQ,
@@ -445,7 +474,7 @@ def run(args: argparse.Namespace) -> int:
         tabledir = Path(app.conf.tabledir)
         tabledir.mkdir(parents=True, exist_ok=True)
         local_state.warn_legacy_layout(ws.state_dir, Path(app.conf.datadir))
-        changelog = local_state.changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS)
+        changelog = changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS)
         observed = local_state.observe_changelog(ks, changelog)
         local_state.prepare(tabledir, SESSIONS, observed)
         if os.environ.get("TRANSCRIPT_FAST_RESTORE", "1").strip().lower() not in (

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from schemas import MAX_RECORD_BYTES, Diagnostic, SessionErasure
 from workers.core import Outcome
-from workers.stream.partitioning import partition_for
+from workers.core.partitioning import partition_for
 
 CONFIRMATIONS = "delivery.confirmations"
 ENTRIES = "transcript.entries"
@@ -18,6 +18,15 @@ DIAGNOSTICS = "transcript.diagnostics"
 DLQ = "delivery.confirmations.dlq"
 ERASURES = "transcript.erasures"
 CONTROL = "transcript.control"  # the operator's: session-erase/1 only (workers/core/control.py)
+
+SESSIONS = "sessions"  # the worker's faust table (its changelog and local state are checked)
+
+
+def changelog_topic(topic_prefix: str, app_id: str, table: str) -> str:
+    """faust's name for a table's changelog: `<app id>-<table>-changelog`, where faust's app id
+    is the prefixed TRANSCRIPT_APP_ID (topics.yaml: `{app_id}-sessions-changelog`)."""
+    return f"{topic_prefix}{app_id}-{table}-changelog"
+
 
 # A dead letter must fit the DLQ topic (max.message.bytes 2 MiB in topics.yaml, measured on the
 # record batch) and the producer's request (4 MiB), whatever arrived: an input record passes the

@@ -35,8 +35,8 @@ from workers.core.control import (
     control_offset,
     ticket,
 )
-from workers.stream.outputs import CONFIRMATIONS, OutRecord, Source, encode
-from workers.stream.partitioning import partition_for
+from workers.core.outputs import CONFIRMATIONS, OutRecord, Source, encode
+from workers.core.partitioning import partition_for
 
 
 class Step(NamedTuple):
