@@ -25,7 +25,7 @@ from schemas import Invalid, parse_input
 from workers.commands.replay import render
 from workers.core import DEFAULT_DEDUPE_WINDOW, MemoryState, session_key_of
 from workers.core.outputs import Source
-from workers.core.owner import Owner
+from workers.core.owner import Owner, apply
 from workers.core.partitioning import murmur2
 from workers.stream.session_store import SessionStore
 
@@ -59,8 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         for n, line in enumerate(islice(f, args.limit), 1):
             t0 = perf_counter()
             step = owner.handle(Source("replay", 0, n, None, line.rstrip(b"\r\n")), state)
-            if step.session_key is not None:
-                state.remember(step.session_key, step.head, step.seen)
+            apply(state, step)
             t1 = perf_counter()
             assert step.decided is not None
             render(n, step.decided)
@@ -82,9 +81,7 @@ def worker(path: str, limit: int | None, batch: int) -> int:
         t0 = perf_counter()
         for source in sources[at : at + batch]:
             store.partition = source.partition
-            s = owner.handle(source, store)
-            if s.head is not None or s.seen is not None:
-                store.remember(s.session_key, s.head, s.seen)  # type: ignore[arg-type]
+            apply(store, owner.handle(source, store))
         t1 = perf_counter()
         for p, k, v in store.take_writes():
             if v is None:

@@ -3,8 +3,10 @@
 Command modules are imported lazily so that `replay` (no Kafka) never pays for faust's import.
 Each module exposes `add_arguments(parser)` and `run(args) -> int` (the exit code).
 
-No traceback reaches a user: an exception a command did not handle prints one line,
-`error: <class>: <message>` (the message clipped), and exits 2. Usage errors (argparse) and
+No traceback reaches a user: a reason the project gives (an OwnerError, workers/core/errors.py:
+settings, topics.yaml, the sink's database, …) prints `error: <reason>`, any other exception a
+command did not handle one line, `error: <class>: <message>` (the message clipped); both
+exit 2. Usage errors (argparse) and
 SystemExit (the worker: faust exits through it) pass through unchanged; Ctrl-C exits 130.
 """
 
@@ -14,7 +16,7 @@ import argparse
 import importlib
 import sys
 
-from workers.settings import SettingsError
+from workers.core.errors import OwnerError
 
 MAX_ERROR_CHARS = 300  # of an unexpected exception's message, on stderr
 
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser(command).parse_args(argv)
         module = importlib.import_module(args._module)
         return int(module.run(args) or 0)
-    except SettingsError as exc:  # the environment names no usable configuration
+    except OwnerError as exc:  # a reason the project names (the environment, a file, …)
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

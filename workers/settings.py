@@ -17,6 +17,8 @@ from typing import Any, Literal, NamedTuple, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from workers.core.errors import OwnerError
+
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
@@ -42,7 +44,7 @@ M = TypeVar("M", bound=BaseModel)
 MAX_DEDUPE_WINDOW_DAYS = 3650
 
 
-class SettingsError(Exception):
+class SettingsError(OwnerError):
     """The environment does not describe a usable configuration; the message names the variable."""
 
 

@@ -30,6 +30,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from workers.core.errors import OwnerError
 from workers.settings import SettingsError, WorkerSettings
 
 DEFAULT_APP_ID: str = WorkerSettings.model_fields["app_id"].default
@@ -37,7 +38,7 @@ _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 _KAFKA_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
-class TopicsFileError(Exception):
+class TopicsFileError(OwnerError):
     """topics.yaml is unreadable or invalid; the message names the file, line and field."""
 
 

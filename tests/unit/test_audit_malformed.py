@@ -22,7 +22,7 @@ from workers.core import MemoryState, SessionHead, head_key
 from workers.core import checkpoint_format as checkpoints
 from workers.core.checkpoint_format import CHECKPOINTS, Malformed
 from workers.core.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES, ERASURES, Source
-from workers.core.owner import Owner
+from workers.core.owner import Owner, apply
 from workers.core.partitioning import partition_for
 from workers.settings import kafka_settings
 
@@ -76,10 +76,7 @@ def processed(cluster: Cluster, *inputs: dict) -> None:
         offset = cluster.add(CONFIRMATIONS, SESSION.encode(), dumps(record))
         step = owner.handle(Source(PREFIX + CONFIRMATIONS, 0, offset, SESSION.encode(),
                                    dumps(record)), state, AT)
-        if step.session_key is not None:
-            if step.erase:
-                state.erase(step.session_key)
-            state.remember(step.session_key, step.head, step.seen)
+        apply(state, step)
         for out in step.sends:
             cluster.add(out.topic, out.key, out.value, 0, out.headers)
 

@@ -38,6 +38,37 @@ def test_an_unexpected_exception_is_one_line_and_exit_2(
     assert (out, err) == ("", "error: RuntimeError: the store broke\n")
 
 
+def test_a_reason_the_project_gives_is_printed_as_it_is_and_exits_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from workers.commands.sink import SinkError
+
+    monkeypatch.setattr(render_mod, "run", _raising(SinkError("var/t.db: not a sink database")))
+    assert main(RENDER) == 2
+    assert capsys.readouterr() == ("", "error: var/t.db: not a sink database\n")
+
+
+def test_every_exception_the_project_defines_has_one_root() -> None:
+    """One root (workers/core/errors.py): a shell tells the project's reasons from bugs by it.
+    Private classes (a parser's internal signal, `_Constant`) are exempt."""
+    import ast
+    import importlib
+
+    from workers.core.errors import OwnerError
+
+    found = []
+    for path in sorted((ROOT / "workers").rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for node in ast.parse(path.read_text("utf-8")).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                cls = getattr(importlib.import_module(module), node.name)
+                if isinstance(cls, type) and issubclass(cls, BaseException):
+                    found.append(cls)
+    assert len(found) >= 15
+    outside = [f"{c.__module__}.{c.__qualname__}" for c in found if not issubclass(c, OwnerError)]
+    assert not outside, f"exceptions outside OwnerError: {outside}"
+
+
 def test_a_long_message_is_clipped(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -30,7 +30,7 @@ from workers.core.control import (
     ticket,
 )
 from workers.core.outputs import CONFIRMATIONS, DLQ, ENTRIES, ERASURES, Source
-from workers.core.owner import Owner, Step
+from workers.core.owner import Owner, Step, apply
 from workers.core.partitioning import partition_for
 from workers.core.state import CUTOVER_KEY, ticket_key
 
@@ -93,12 +93,7 @@ class Worker:
         self.store.partition = partition
         step = self.owner.handle(Source(topic, partition, offset, key.encode(), value, headers),
                                  self.store, now)
-        if step.erase:
-            self.store.erase(step.session_key)
-        if step.head is not None or step.seen is not None:
-            self.store.remember(step.session_key, step.head, step.seen)
-        if step.ticket is not None:
-            self.store.hold(step.session_key, *step.ticket)
+        apply(self.store, step)
         self.commit()
         return step
 

@@ -17,11 +17,11 @@ from typing import Any
 
 from schemas import SessionErase
 from tests.unit.test_session_store import FakeStores, store_over
-from tests.unit.wire import WRITTEN_AT, confirmation, dumps, reset
-from workers.core import EMPTY_HEAD, MemoryState, SessionHead, head_key, seen_key, step
+from tests.unit.wire import WRITTEN_AT, confirmation, dumps, reset, run
+from workers.core import EMPTY_HEAD, MemoryState, SessionHead, head_key, seen_key
 from workers.core.outcomes import CONFIRMED_BEFORE_ERASURE
 from workers.core.outputs import DIAGNOSTICS, ENTRIES, ERASURES, Source, entry_key
-from workers.core.owner import Owner, Step
+from workers.core.owner import Owner, Step, apply
 from workers.core.partitioning import partition_for
 
 KEY = "agent:ops:telegram:group:-100123"
@@ -57,10 +57,7 @@ class Worker:
         self.store.partition = p
         step = self.owner.handle(Source("in", p, self.offset, key.encode(), dumps(record)),
                                  self.store, NOW)
-        if step.erase:
-            self.store.erase(step.session_key)
-        if step.head is not None or step.seen is not None:
-            self.store.remember(step.session_key, step.head, step.seen)
+        apply(self.store, step)
         return step
 
     def commit(self) -> None:
@@ -178,13 +175,11 @@ def test_an_erase_needs_a_full_key_and_its_reason_is_bounded() -> None:
 
 
 def test_memory_state_ends_where_the_worker_store_does() -> None:
-    """replay and audit (MemoryState through fold.step) decide like the worker."""
-    from schemas import parse_input
-
+    """replay and audit (the one step over a MemoryState) decide like the worker."""
     records = [*history(), reset(reset_at=at(10)), erase(), history()[1],
                confirmation(send_id="z", confirmed_at=at(90))]
     state = MemoryState()
-    kinds = [step(state, parse_input(dumps(r)), now=NOW).kind for r in records]
+    kinds = [o.kind for o in run([dumps(r) for r in records], state, written_at=NOW)]
     w = Worker()
     assert [w.handle(r).outcome for r in records] == kinds == [
         "written", "written", "written", "reset", "erased", "erased_send", "written"]

@@ -37,7 +37,7 @@ from workers.core import (
     session_key_of,
 )
 from workers.core.outputs import DLQ, Source
-from workers.core.owner import Owner
+from workers.core.owner import Owner, apply
 from workers.core.partitioning import partition_for
 from workers.core.state import SEEN_KEYS_FROM, parse_seen_key
 from workers.stream.session_store import SessionStore
@@ -105,8 +105,7 @@ def test_the_worker_clock_moves_on_and_the_window_with_it() -> None:
 
     def handle(record: dict[str, Any], now: datetime) -> str:
         s = owner.handle(Source("in", 0, 0, None, dumps(record)), state, now)
-        if s.session_key is not None:
-            state.remember(s.session_key, s.head, s.seen)
+        apply(state, s)
         assert s.decided is not None
         return s.decided.kind + "".join(f"+{d.code}" for d in s.decided.diagnostics)
 
@@ -131,7 +130,7 @@ def test_a_reset_dated_2999_counts_as_made_now() -> None:
         (confirmation(confirmed_at="2026-01-01T14:00:00Z"), NOW + timedelta(hours=3)),
     ]:
         s = owner.handle(Source("in", 0, 0, None, dumps(record)), state, now)
-        state.remember(s.session_key or "", s.head, s.seen)
+        apply(state, s)
         steps.append(s)
     first, second, written = (s.decided for s in steps)
     assert first is not None and second is not None and written is not None
@@ -372,9 +371,7 @@ def test_replay_and_the_workers_step_agree_on_everything(lines: list[bytes],
         store.partition = src.partition
         s = owner.handle(src, store)
         assert s.outcome != "rekeyed" and s.decided is not None
-        if s.head is not None or s.seen is not None:
-            assert s.session_key is not None
-            store.remember(s.session_key, s.head, s.seen)
+        apply(store, s)
         got.append(json.loads(render(number, s.decided)))
         action = data.draw(st.integers(0, 9), label="after")
         if action <= 2:  # the batch ends

@@ -1,8 +1,9 @@
-"""Owner.handle, the one step of the worker, `audit` and `replay`, against the core's fold
-and the plain wire forms.
+"""Owner.handle, the one step of the worker, `audit` and `replay`, with partitions (the
+worker's: records keyed and placed as a connector does) against it without (replay's, through
+tests/unit/wire.py), and against the plain wire forms.
 
-Outcome for outcome it must agree with `fold` over the same records, and the records sent
-must be the models' model_dump_json bytes. What it asks the shell to store (a head, a seen
+Outcome for outcome the two must agree, and the records sent must be the models'
+model_dump_json bytes. What it asks the shell to store (a head, a seen
 record) is a return value: stored back into a MemoryState, the next record sees it.
 """
 
@@ -19,7 +20,7 @@ from tests.unit.test_properties import INPUTS
 from tests.unit.wire import WRITTEN_AT, confirmation, dumps, run
 from workers.core import DEFAULT_DEDUPE_WINDOW, EMPTY_HEAD, MemoryState, session_key_of
 from workers.core.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES, OutRecord, Source
-from workers.core.owner import Owner
+from workers.core.owner import Owner, apply
 from workers.core.partitioning import partition_for
 
 PARTITIONS = 8
@@ -73,7 +74,7 @@ def test_owner_agrees_with_replay_and_sends_the_models_json(lines: list[bytes]) 
             assert step.session_key is not None
         if step.seen is not None:
             assert step.seen[0] == outcome.send_id
-        state.remember(step.session_key or "", step.head, step.seen)
+        apply(state, step)
     assert owner.counts == Counter(o.kind for o in run(lines))
 
 

@@ -28,8 +28,7 @@ from schemas.records import Record
 from schemas.structs import FAST_TIMESTAMP, _Builder
 from tests.unit.test_edge_hostile import IN_RANGE, OUT_OF_RANGE
 from tests.unit.test_records import DEAD_LETTERS
-from tests.unit.wire import DELETE, confirmation, dumps, reset, set_path
-from workers.core import MemoryState, fold
+from tests.unit.wire import DELETE, confirmation, dumps, reset, run, set_path
 from workers.core.fingerprint import _JSON as FINGERPRINT_JSON
 from workers.core.outputs import ENTRIES, Source, encode
 
@@ -249,8 +248,7 @@ def test_a_field_the_structs_cannot_mirror_stops_the_generator(model: type[Recor
 # --- the bytes written once -----------------------------------------------------------------
 
 def _outcomes(n: int) -> list[Any]:
-    items = [read_input(raw) for raw in generate(n, seed=3, sessions=200)]
-    return list(fold(MemoryState(), items, written_at=W))
+    return run(list(generate(n, seed=3, sessions=200)), written_at=W)
 
 
 def test_an_entry_is_written_as_the_bytes_pydantic_writes_for_it() -> None:

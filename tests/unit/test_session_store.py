@@ -35,7 +35,7 @@ from workers.core import (
     seen_key,
 )
 from workers.core.outputs import DLQ, Source
-from workers.core.owner import Owner, Step
+from workers.core.owner import Owner, Step, apply
 from workers.core.partitioning import partition_for
 from workers.core.state import micros
 from workers.stream.session_store import SessionStore, Write
@@ -102,8 +102,7 @@ class Worker:
         self.offset += 1
         self.store.partition = partition
         step = self.owner.handle(Source("in", partition, self.offset, None, value), self.store, now)
-        if step.session_key is not None:
-            self.store.remember(step.session_key, step.head, step.seen)
+        apply(self.store, step)
         return step
 
     def commit(self) -> list[Write]:

@@ -8,7 +8,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from schemas import DeliveryConfirmation, SessionReset, parse_input
-from workers.core import DEFAULT_DEDUPE_WINDOW, MemoryState, Outcome, fold
+from workers.core import DEFAULT_DEDUPE_WINDOW, MemoryState, Outcome
+from workers.core.outputs import Source
+from workers.core.owner import Owner, apply
 
 T0 = "2025-03-01T12:00:00Z"
 
@@ -85,13 +87,20 @@ def run(
     states: MemoryState | None = None,
     *,
     dedupe_window: timedelta = DEFAULT_DEDUPE_WINDOW,
+    written_at: datetime = WRITTEN_AT,
 ) -> list[Outcome]:
-    """Wire lines through parse and the core's fold (`states` updated in place). `replay` and
-    the worker run Owner.handle, which agrees outcome for outcome (test_owner, and
-    test_hostile_core over the worker's store)."""
+    """Wire lines through the one step of the worker, `replay` and `audit` (Owner.handle, then
+    apply), as `replay` runs it: no partitions, the clock at `written_at`; `states` is updated
+    in place. The worker's partitions and store: test_owner, test_hostile_core."""
     states = MemoryState() if states is None else states
-    items = (parse_input(line) for line in lines)
-    return list(fold(states, items, written_at=WRITTEN_AT, dedupe_window=dedupe_window))
+    owner = Owner(None, dedupe_window, lambda: written_at)
+    outcomes: list[Outcome] = []
+    for number, line in enumerate(lines, 1):
+        step = owner.handle(Source("wire", 0, number, None, line), states)
+        apply(states, step)
+        assert step.decided is not None  # nothing is re-keyed without partitions
+        outcomes.append(step.decided)
+    return outcomes
 
 
 def run_records(records: list[dict[str, Any]], **kw: Any) -> list[Outcome]:

@@ -71,7 +71,7 @@ from workers.core.outputs import (
     changelog_topic,
     entry_key,
 )
-from workers.core.owner import Owner
+from workers.core.owner import Owner, apply, record_clock
 from workers.settings import KafkaSettings, kafka_settings, worker_settings
 
 KINDS = ("missing", "unexpected", "differing", "rewritten", "order",
@@ -282,23 +282,18 @@ def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Rep
     report.outcomes.update(outcomes)
     report.control_dead |= control_dead
     wall = datetime.now(UTC)
+    wall_s = wall.timestamp()
 
     for r in read(ks, source_topic, partitions=[partition],
                   start=None if checkpoint is None else {partition: checkpoint.input_offset}):
         report.input_records += 1
         bar.update(report.input_records)
         # the worker's clock for the record: its broker timestamp, as the worker read it
-        now = min(datetime.fromtimestamp(r.timestamp / 1000, UTC), wall) if r.timestamp >= 0 \
-            else wall
         step = owner.handle(Source(source_topic, partition, r.offset, r.key, r.value or b"",
-                                   tuple(r.headers or ())), state, now)
+                                   tuple(r.headers or ())), state,
+                            record_clock(r.timestamp / 1000, wall, wall_s))
         report.outcomes[step.outcome] += 1
-        if step.session_key is not None:
-            if step.erase:  # forget: the session's state goes, as in the worker
-                state.erase(step.session_key)
-            state.remember(step.session_key, step.head, step.seen)
-            if step.ticket is not None:
-                state.hold(step.session_key, *step.ticket)
+        apply(state, step)
         for out in step.sends:
             if out.topic == ENTRIES and out.value is None:  # erased: a tombstone is expected
                 expected.pop(out.key, None)

@@ -16,7 +16,7 @@ from typing import Any
 
 from workers.core import MemoryState
 from workers.core.outputs import DLQ, Source
-from workers.core.owner import Owner
+from workers.core.owner import Owner, apply, record_clock
 from workers.core.state import CUTOVER_KEY
 from workers.settings import KafkaSettings
 
@@ -59,13 +59,11 @@ def replay_control(ks: KafkaSettings, owner: Owner, partition: int,
     n = 0
     for r in read(ks, topic, partitions=[partition]):
         n += 1
-        now = min(datetime.fromtimestamp(r.timestamp / 1000, UTC), wall) if r.timestamp >= 0 \
-            else wall
         step = owner.handle(Source(topic, partition, r.offset, r.key, r.value or b"",
-                                   tuple(r.headers or ())), state, now)
+                                   tuple(r.headers or ())), state,
+                            record_clock(r.timestamp / 1000, wall, wall.timestamp()))
         outcomes[step.outcome] += 1
-        if step.ticket is not None and step.session_key is not None:
-            state.hold(step.session_key, *step.ticket)
+        apply(state, step)
         if any(out.topic == DLQ for out in step.sends):
             dead.add((partition, r.offset))
     return n, dead, outcomes

@@ -43,13 +43,14 @@ from workers.core.checkpoint_format import (
     read_chunk,
     read_manifest,
 )
+from workers.core.errors import OwnerError
 from workers.core.outputs import entry_key
 
 __all__ = ["Findings", "NoCheckpoint", "before", "entry_key", "entry_position", "erased_before",
            "older", "starts", "state_of"]
 
 
-class NoCheckpoint(Exception):
+class NoCheckpoint(OwnerError):
     """A partition's input no longer starts at 0 and no checkpoint covers what is left."""
 
 

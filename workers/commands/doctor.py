@@ -57,6 +57,7 @@ from typing import Any
 
 from schemas.jobs import DEFAULT_AGENT_ID
 from schemas.records import AGENT_ID_PATTERN
+from workers.core.errors import OwnerError
 from workers.core.job_modes import (
     DOCTOR,
     Plan,
@@ -72,7 +73,7 @@ QUARANTINE_SUFFIX = ".quarantine.json"
 MAX_DEPTH = 200  # levels of nesting in a store (pydantic's limit for JSON, too)
 
 
-class DoctorError(Exception):
+class DoctorError(OwnerError):
     """The doctor cannot go on (exit 2). Subclasses say why.
 
     DoctorError
@@ -383,7 +384,7 @@ def _fsync_dir(directory: Path) -> None:
 # --- the store's JSON text: values written back as they were read ---------------------------
 
 
-class NotJson(ValueError):
+class NotJson(OwnerError, ValueError):
     """The text holds NaN or Infinity, or nests more than MAX_DEPTH levels (line, column)."""
 
 

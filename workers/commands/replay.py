@@ -30,7 +30,7 @@ from pydantic_core import to_json
 from schemas import Diagnostic
 from workers.core import OUTCOME_KINDS, MemoryState, Outcome
 from workers.core.outputs import Source
-from workers.core.owner import Owner
+from workers.core.owner import Owner, apply
 
 _DIAGNOSTICS: TypeAdapter[tuple[Diagnostic, ...]] = TypeAdapter(tuple[Diagnostic, ...])
 _FLUSH_EVERY = 2048  # output lines per write
@@ -84,10 +84,7 @@ def replay(
         if not raw.strip():
             continue
         step = owner.handle(Source("replay", 0, number, None, raw), state)
-        if step.session_key is not None:
-            if step.erase:
-                state.erase(step.session_key)
-            state.remember(step.session_key, step.head, step.seen)
+        apply(state, step)
         outcome = step.decided
         assert outcome is not None  # nothing is re-keyed without partitions
         counts[outcome.kind] += 1

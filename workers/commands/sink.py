@@ -64,6 +64,7 @@ from typing import Any, NamedTuple
 from pydantic import ValidationError
 
 from schemas import TranscriptEntry
+from workers.core.errors import OwnerError
 from workers.core.outputs import parse_entry_key
 
 log = logging.getLogger("transcript_owner.sink")
@@ -121,7 +122,7 @@ UPSERT = (
 DELETE = "DELETE FROM entries WHERE session_key = ? AND seq = ?"
 SKIP = 'INSERT OR REPLACE INTO skipped (topic, partition, "offset", reason) VALUES (?, ?, ?, ?)'
 
-class SinkError(Exception):
+class SinkError(OwnerError):
     """A reason the sink cannot run (exit 2, one line)."""
 
 
@@ -221,7 +222,7 @@ def _describe(db: sqlite3.Connection) -> str:
             f"{', '.join(names[:5]) + (', …' if len(names) > 5 else '') or 'none'}")
 
 
-class OffsetConflict(Exception):
+class OffsetConflict(OwnerError):
     """Another process moved a partition's stored offset: this batch must not be applied."""
 
     def __init__(self, partitions: list[int]) -> None:

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from workers.core.errors import OwnerError
 from workers.settings import KafkaSettings, SettingsError, kafka_settings, worker_settings
 from workers.topics import (
     AclBinding,
@@ -123,7 +124,7 @@ _KINDS = {"topic": "TOPIC", "group": "GROUP", "transactional_id": "TRANSACTIONAL
           "cluster": "CLUSTER"}
 
 
-class AclsUnavailable(Exception):
+class AclsUnavailable(OwnerError):
     """The cluster has no authorizer: there are no ACLs to check or apply."""
 
 

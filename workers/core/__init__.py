@@ -3,7 +3,7 @@
 Connectors and inbound producers build session keys with `session_key_for_route` and
 normalise given keys with `canonical_session_key`: the same code the worker uses, so the
 two directions agree by construction. The worker, replay and audit decide every record
-through `decide_in` (`step`/`fold` for a store in memory).
+through one step: `workers.core.owner` (`Owner.handle`, then `apply`).
 """
 
 from workers.core.decide import (
@@ -18,8 +18,8 @@ from workers.core.decide import (
     session_key_of,
     skewed,
 )
+from workers.core.errors import OwnerError
 from workers.core.fingerprint import fingerprint
-from workers.core.fold import MemoryState, StateView, StoreFailure, decide_in, failed, fold, step
 from workers.core.outcomes import OUTCOME_KINDS, Outcome, OutcomeKind, dead_letter
 from workers.core.session_keys import (
     DM_SCOPES,
@@ -39,6 +39,14 @@ from workers.core.state import (
     parse_seen_key,
     seen_key,
 )
+from workers.core.store import (
+    MemoryState,
+    StateStore,
+    StateView,
+    StoreFailure,
+    decide_in,
+    failed,
+)
 
 __all__ = [
     "CLOCK_SKEW_ALLOWANCE",
@@ -53,9 +61,11 @@ __all__ = [
     "MemoryState",
     "Outcome",
     "OutcomeKind",
+    "OwnerError",
     "RouteLike",
     "Seen",
     "SessionHead",
+    "StateStore",
     "StateView",
     "StoreFailure",
     "UnreadableState",
@@ -67,7 +77,6 @@ __all__ = [
     "entry_id",
     "failed",
     "fingerprint",
-    "fold",
     "head_key",
     "is_native_only",
     "parse_seen_key",
@@ -76,5 +85,4 @@ __all__ = [
     "session_key_for_route",
     "session_key_of",
     "skewed",
-    "step",
 ]

@@ -57,6 +57,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from workers.core.errors import OwnerError
+
 CHECKPOINTS = "transcript.checkpoints"
 CHUNK_BYTES = 256 * 1024  # a chunk's items, about (the topic's max.message.bytes is 2 MiB)
 KEYS_PER_BATCH = 100_000  # state keys of checkpoints a batch (so a transaction) holds at most
@@ -228,7 +230,7 @@ def decode(records: Iterable[tuple[bytes | None, bytes | None]], *, slot: int | 
 # there. These read a record strictly, for `decode` here and for `audit` (its other topics).
 
 
-class Malformed(ValueError):
+class Malformed(OwnerError, ValueError):
     """A record of a worker-owned topic that is not one the worker writes. The message says what
     is wrong and never what the record holds (it may hold anything, message text too)."""
 

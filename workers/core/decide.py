@@ -2,7 +2,7 @@
 
 Rules 2-7 of DESIGN.md are in this file, in the order they apply (Rule 1, invalid bytes, is
 decided at the edge: schemas/parse.py). The worker, `replay` and `audit` all call `decide`
-(through `workers.core.fold.step`), so an audit compares the pipeline against these rules,
+(through the one step, `workers.core.owner`), so an audit compares the pipeline against these rules,
 not against a second implementation. Pure: no I/O, no clock (`now` and `written_at` are
 passed in).
 """

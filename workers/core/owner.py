@@ -1,8 +1,9 @@
 """One input record through the core: parse, route, decide — no Kafka client calls here.
 
-`Owner.handle` is the one step of the worker, `audit` and `replay`: what the worker sends and
-what it stores are return values, so the routing rules (re-key, dead-letter) are tested
-without a broker, and the three shells differ only in the store behind the StateView.
+The one step of the worker, `audit`, `replay` and the tests: `Owner.handle(source, store,
+record_clock(...))`, then `apply(store, step)`. What the worker sends and what it stores are
+return values, so the routing rules (re-key, dead-letter) are tested without a broker, and the
+shells differ only in the store behind `StateStore`.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
 from schemas import CONFIRMATION, ERASE, Invalid, read_input
@@ -18,6 +19,7 @@ from workers.core import (
     Outcome,
     Seen,
     SessionHead,
+    StateStore,
     StateView,
     StoreFailure,
     dead_letter,
@@ -138,6 +140,30 @@ class Owner:
     def _dead(self, outcome: Outcome, source: Source) -> Step:
         return Step("dead_letter", encode(outcome, source, self.partitions or 1),
                     decided=outcome)
+
+
+def apply(store: StateStore, step: Step) -> None:
+    """Store what a step changed, in the one order every shell uses: a session-erase forgets the
+    session's state first, then the new head and send_id, then the erase ticket."""
+    key = step.session_key
+    if key is None:
+        return
+    if step.erase:
+        store.erase(key)
+    if step.head is not None or step.seen is not None:
+        store.remember(key, step.head, step.seen)
+    if step.ticket is not None:
+        store.hold(key, *step.ticket)
+
+
+def record_clock(timestamp_s: float | None, wall: datetime, wall_s: float) -> datetime:
+    """The clock a record is decided at: when the broker appended it (LogAppendTime on the
+    input topic), never ahead of the shell's wall clock (`wall`, `wall_s` its POSIX seconds);
+    the wall clock for a record without one (None, or Kafka's -1 as a negative). The worker
+    and `audit` read the same timestamp, so they decide alike."""
+    if timestamp_s is None or timestamp_s < 0 or timestamp_s >= wall_s:
+        return wall
+    return datetime.fromtimestamp(timestamp_s, UTC)
 
 
 def _erased_at(record: object, at: datetime) -> object:

@@ -51,6 +51,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 from schemas import MediaRef, PostedBy, Record, TranscriptEntry
+from workers.core.errors import OwnerError
 
 Family = Literal["openai", "anthropic", "gemini", "strict"]
 FAMILIES: tuple[Family, ...] = get_args(Family)
@@ -192,7 +193,7 @@ class Problem:
     problem: str
 
 
-class InvalidHistory(ValueError):
+class InvalidHistory(OwnerError, ValueError):
     """`render` was given a history with problems (see `problems`)."""
 
     def __init__(self, found: Sequence[Problem]) -> None:

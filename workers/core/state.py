@@ -29,6 +29,8 @@ from datetime import UTC, datetime, timedelta
 from json.encoder import encode_basestring  # what json.dumps(ensure_ascii=False) uses for str
 from typing import NamedTuple
 
+from workers.core.errors import OwnerError
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 _HEAD_FORMAT = 2
@@ -39,7 +41,7 @@ V1_KEYS_FROM = b"\\"  # the first byte after "[": format-1 (bare) keys sort from
 UNKNOWN_FINGERPRINT = ""  # a send_id migrated from format 1: its content is not comparable
 
 
-class UnreadableState(ValueError):
+class UnreadableState(OwnerError, ValueError):
     """A stored state record that cannot be decoded (corrupt, or from an unknown format)."""
 
 

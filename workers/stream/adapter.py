@@ -37,6 +37,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from workers.core.errors import OwnerError
+
 log = logging.getLogger("transcript_owner.adapter")
 
 # the errors by which the group coordinator fences an offset commit of an older member (KIP-447)
@@ -197,7 +199,7 @@ def on_first_stop_signal(worker: Any, callback: Callable[[], None]) -> None:
     worker._schedule_shutdown = on_signal
 
 
-class GroupFenced(Exception):
+class GroupFenced(OwnerError):
     """The group coordinator refused this worker's offset commit: it is a member of an older
     generation (its partitions were given to another member)."""
 

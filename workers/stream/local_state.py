@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from workers.core.errors import OwnerError
 from workers.stream.adapter import STORE_OFFSET_KEY
 
 log = logging.getLogger("transcript_owner.local_state")
@@ -50,7 +51,7 @@ OFFSET_KEY = STORE_OFFSET_KEY  # faust.stores.rocksdb.Store.offset_key
 LEGACY_TABLES = Path("v1") / "tables"  # the layout before 1.1: one table dir for every deployment
 
 
-class LocalStateError(Exception):
+class LocalStateError(OwnerError):
     """The local state cannot be checked or discarded (the cluster or the disk failed)."""
 
 
@@ -363,7 +364,7 @@ def _restore(ks, tabledir: Path, table: str, changelog: Changelog) -> tuple[int,
     return len(due), applied
 
 
-class SettleTimeout(Exception):
+class SettleTimeout(OwnerError):
     """A transaction stayed open on a partition past the transaction timeout."""
 
 

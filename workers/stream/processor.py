@@ -50,7 +50,7 @@ from faust.types import TP, ConsumerMessage
 
 from workers.core.lifecycle import Checked, Fail
 from workers.core.outputs import DIAGNOSTICS, Source
-from workers.core.owner import Owner
+from workers.core.owner import Owner, apply, record_clock
 from workers.core.partitioning import murmur2
 from workers.ops.health import Health
 from workers.ops.metrics import Metrics
@@ -314,13 +314,10 @@ class Processor:
         wall = self.clock.now
         wall_s = wall.timestamp()
         for m in messages:
-            # The record's clock: when the broker appended it (LogAppendTime on the input
-            # topic), never ahead of ours. audit reads the same timestamp and decides alike.
             ts = m.timestamp
-            now = wall if ts is None or ts >= wall_s else datetime.fromtimestamp(ts, UTC)
             store.partition = m.partition
             step = handle(Source(m.topic, m.partition, m.offset, m.key, m.value, m.headers),
-                          store, now)
+                          store, record_clock(ts, wall, wall_s))
             offsets = next_offset.get(m.partition)
             if offsets is None:
                 offsets = next_offset[m.partition] = {}
@@ -342,12 +339,7 @@ class Processor:
                     else:  # a dead letter without a key: beside its source
                         partition = m.partition % counts[topic]
                     sends.append((topic, partition, o.key, o.value, o.headers))
-            if step.erase:  # forget: the session's stored state is tombstoned first
-                store.erase(step.session_key)
-            if step.head is not None or step.seen is not None:
-                store.remember(step.session_key, step.head, step.seen)
-            if step.ticket is not None:
-                store.hold(step.session_key, *step.ticket)
+            apply(store, step)
         store.sweep(self._partitions, max(1, len(messages) // SWEEP_SHARE))
         writes = store.take_writes()
         changelog = self.table.changelog_topic_name

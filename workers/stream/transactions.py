@@ -32,13 +32,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from workers.core.errors import OwnerError
 from workers.stream.adapter import GroupMember, install_kip447
 from workers.stream.batch_send import Record, send_all
 
 log = logging.getLogger("transcript_owner.transactions")
 
 
-class TransactionFailed(Exception):
+class TransactionFailed(OwnerError):
     """The batch's transaction did not commit: none of its outputs or offsets are visible."""
 
 

@@ -1,29 +1,29 @@
-"""One step of the fold over the input: look the session up, decide, remember what changed.
+"""The session state a step reads and writes, and the decision over it.
 
-The one step function of the worker, `replay` and `audit` (they differ only in the store
-behind `StateView` and in what they do with the outcome). Nothing raises out of a step but
-a failure of the store itself (`StoreFailure`): a record whose handling fails for any other
-reason, including a stored state that cannot be decoded, is a dead letter whose reason is
-the error's class and message (DESIGN rule 1), and the fold goes on.
+The worker, `replay` and `audit` run one step (`workers/core/owner.py`: `Owner.handle`, then
+`apply`) and differ only in the store behind `StateStore`: the worker's RocksDB partition
+stores (workers/stream/session_store.py), or `MemoryState` here (`replay`, `audit`, tests).
+Nothing raises out of a decision but a failure of the store itself (`StoreFailure`): a record
+whose handling fails for any other reason, including a stored state that cannot be decoded, is
+a dead letter whose reason is the error's class and message (DESIGN rule 1).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from schemas import Invalid
 from schemas.records import CONFIRMATION, InputRecord
-from workers.core.decide import DEFAULT_DEDUPE_WINDOW, Decision, decide, session_key_of
+from workers.core.decide import DEFAULT_DEDUPE_WINDOW, Decision, decide
+from workers.core.errors import OwnerError
 from workers.core.outcomes import HANDLING_FAILED, Outcome, dead_letter
 from workers.core.state import EMPTY_HEAD, Seen, SessionHead, UnreadableState
 
 _MAX_REASON_CHARS = 300
 
 
-class StoreFailure(Exception):
+class StoreFailure(OwnerError):
     """The state store itself failed (I/O, a closed database): infrastructure, not a record.
     The only exception a step lets through: the worker stops rather than guess."""
 
@@ -41,6 +41,23 @@ class StateView(Protocol):
 
     def cutover(self) -> int | None:
         """The current partition's erase cut-over (workers/core/control.py); None: unknown."""
+        ...
+
+
+class StateStore(StateView, Protocol):
+    """A view a step's changes are stored into (`workers.core.owner.apply`)."""
+
+    def erase(self, key: str) -> None:
+        """Forget the session's stored state: its head and every remembered send_id."""
+        ...
+
+    def remember(self, key: str, head: SessionHead | None, seen: tuple[str, Seen] | None
+                 ) -> None:
+        """Store a new head (None: unchanged) and a send_id with what to remember of it."""
+        ...
+
+    def hold(self, key: str, control_offset: int, digest: str | None) -> None:
+        """Keep a forwarded erase's ticket (None: spend it)."""
         ...
 
 
@@ -122,49 +139,8 @@ def failed(exc: BaseException, key: str | None = None, send_id: str | None = Non
                        send_id=send_id)
 
 
-def step(
-    state: MemoryState,
-    item: InputRecord | Invalid,
-    *,
-    now: datetime,
-    written_at: datetime | None = None,
-    dedupe_window: timedelta = DEFAULT_DEDUPE_WINDOW,
-) -> Outcome:
-    """Decide one parsed input (or the Invalid parse_input returned) against `state`."""
-    if isinstance(item, Invalid):
-        return dead_letter(item.reason)
-    send_id = item.send_id if item.schema_ == CONFIRMATION else None
-    key = session_key_of(item)
-    if isinstance(key, Invalid):
-        return dead_letter(key.reason, send_id=send_id)
-    head, decision = decide_in(
-        state, item, key, now=now, written_at=written_at or now, dedupe_window=dedupe_window
-    )
-    seen = decision.seen
-    if decision.outcome.kind == "erased":
-        state.erase(key)
-    state.remember(
-        key,
-        None if decision.head is head else decision.head,
-        None if seen is None or send_id is None else (send_id, seen),
-    )
-    return decision.outcome
-
-
-def fold(
-    state: MemoryState,
-    items: Iterable[InputRecord | Invalid],
-    *,
-    written_at: datetime,
-    dedupe_window: timedelta = DEFAULT_DEDUPE_WINDOW,
-) -> Iterator[Outcome]:
-    """One outcome per item, in order, carrying state in `state` (updated as it goes)."""
-    for item in items:
-        yield step(state, item, now=written_at, written_at=written_at, dedupe_window=dedupe_window)
-
-
 def _bounded(reason: str) -> str:
     return reason if len(reason) <= _MAX_REASON_CHARS else reason[: _MAX_REASON_CHARS - 1] + "…"
 
 
-__all__ = ["MemoryState", "StateView", "StoreFailure", "decide_in", "failed", "fold", "step"]
+__all__ = ["MemoryState", "StateStore", "StateView", "StoreFailure", "decide_in", "failed"]
