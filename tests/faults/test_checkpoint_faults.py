@@ -422,7 +422,13 @@ def test_a_second_worker_joins_while_a_checkpoint_is_written(ks, env, feed, star
     assert (w1.stop(), w2.stop()) == (0, 0)
     for w in (w1, w2):
         assert "checkpoints of partitions" in w.log.read_text(), w.tail()
-    assert conclude("rebalance", ks, env, caught, caught.at, lines, began, tmp_path) == "committed"
+    outcome = conclude("rebalance", ks, env, caught, caught.at, lines, began, tmp_path)
+    # A batch's transaction commits: faust's revocation waits for its messages. A checkpoint of
+    # partitions gone quiet is a transaction of no input message, which nothing waits for: the
+    # group refuses its offsets once the rebalance completes, and it aborts (taken again later).
+    overtaken = "a quiet partition's checkpoint was overtaken by a rebalance"
+    assert outcome == "committed" or (outcome == "aborted"
+                                      and overtaken in w1.log.read_text()), (outcome, w1.tail())
 
 
 LARGE = 250_000  # state keys of one partition
