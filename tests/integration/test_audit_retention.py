@@ -13,7 +13,7 @@ import pytest
 from kafka import KafkaAdminClient, TopicPartition
 
 from tests.conftest import cli
-from tests.integration.harness import Collector, WorkerProcess, group_of, poll_until, wait_drained
+from tests.integration.harness import Collector, group_of, poll_until, wait_drained
 from tests.unit.wire import confirmation, dumps
 from workers.core.checkpoint_format import CHECKPOINTS, manifest_key
 from workers.core.outputs import CONFIRMATIONS, ENTRIES
@@ -27,7 +27,7 @@ DM = "agent:ops:telegram:direct:uret1"
 
 
 @pytest.fixture
-def truncated(env, topics, tmp_path):
+def truncated(env, topics, tmp_path, workers):
     """The demo scenario in two parts, a checkpoint between them, then every input record of
     the first part deleted. Returns (settings, entries of part one, entries of part two)."""
     ks = kafka_settings(env)
@@ -37,8 +37,7 @@ def truncated(env, topics, tmp_path):
     # with the state of part one
     first, second = scenario[:half], [*scenario[half:], scenario[0]]
     group = env["TRANSCRIPT_TOPIC_PREFIX"] + "transcript-owner"
-    w = WorkerProcess(env, tmp_path / "state", tmp_path / "w.log",
-                      TRANSCRIPT_CHECKPOINT_INTERVAL_S="1").start()
+    w = workers("w", tmp_path / "state", TRANSCRIPT_CHECKPOINT_INTERVAL_S="1")
     entries = Collector(ks, ks.topic(ENTRIES))
     publish(ks, ks.topic(CONFIRMATIONS), [(s.key, s.value) for s in first], 8)
     wait_drained(env["KAFKA_BOOTSTRAP"], group, ks.topic(CONFIRMATIONS), 120, [w])
@@ -127,7 +126,7 @@ def test_audit_without_a_checkpoint_past_retention_cannot_run(env, topics):
 
 
 def test_audit_past_retention_checks_a_session_erased_before_the_checkpoint(env, topics,
-                                                                            tmp_path):
+                                                                            tmp_path, workers):
     """A session erased (`forget`, through seq 3) and written to again (seqs 4 and 5), all
     before the checkpoint the audit starts from: the erasure's record in transcript.erasures
     tells the two apart. Clean as the worker wrote it; a tombstone on seq 4 (written after the
@@ -139,8 +138,7 @@ def test_audit_past_retention_checks_a_session_erased_before_the_checkpoint(env,
     home = partition_for(victim, 8)
     filler = next(k for i in range(10_000)
                   if partition_for(k := f"agent:ops:telegram:direct:uret-fill{i}", 8) == home)
-    w = WorkerProcess(env, tmp_path / "state", tmp_path / "w.log",
-                      TRANSCRIPT_CHECKPOINT_INTERVAL_S="1").start()
+    w = workers("w", tmp_path / "state", TRANSCRIPT_CHECKPOINT_INTERVAL_S="1")
     try:
         t0 = datetime.now(UTC) - timedelta(hours=1)
         publish(ks, source, [send(victim, f"v{i}", t0 + timedelta(minutes=i)) for i in (1, 2, 3)]
@@ -215,7 +213,7 @@ def send(session: str, send_id: str, at: datetime) -> tuple[bytes, bytes]:
 
 
 def test_a_partition_that_went_quiet_is_checkpointed_after_its_last_record(env, topics,
-                                                                          tmp_path):
+                                                                          tmp_path, workers):
     """The input stops: at the next checkpoint interval each partition is still checkpointed at
     the end of what it processed, by time, not with a next batch that never comes (until issue
     24 a checkpoint rode a batch, at the batch's first offset). So once retention has removed
@@ -225,8 +223,7 @@ def test_a_partition_that_went_quiet_is_checkpointed_after_its_last_record(env, 
     ks = kafka_settings(env)
     scenario = steps("ret4", datetime(2026, 6, 1, 9, 0, tzinfo=UTC))
     source = ks.topic(CONFIRMATIONS)
-    w = WorkerProcess(env, tmp_path / "state", tmp_path / "w.log",
-                      TRANSCRIPT_CHECKPOINT_INTERVAL_S="1").start()
+    w = workers("w", tmp_path / "state", TRANSCRIPT_CHECKPOINT_INTERVAL_S="1")
     entries = Collector(ks, ks.topic(ENTRIES))
     publish(ks, source, [(s.key, s.value) for s in scenario], 8)
     wait_drained(env["KAFKA_BOOTSTRAP"], group_of(env), source, 120, [w])

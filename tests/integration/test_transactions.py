@@ -21,7 +21,7 @@ from workers.settings import kafka_settings
 from workers.stream import local_state, worker
 from workers.stream.adapter import GroupMember
 from workers.stream.batch_send import send_all
-from workers.stream.transactions import BatchTransactions, TransactionFailed
+from workers.stream.transactions import BatchTransactions, Overtaken
 from workers.stream.worker import committed_offsets, producer_factory
 
 pytestmark = pytest.mark.kafka
@@ -111,7 +111,7 @@ def test_a_member_of_an_older_generation_cannot_commit(env, topics):
                                  and a._coordinator.generation == b._coordinator.generation
                                  and a.assignment() and b.assignment()),
                         "a new generation assigns A and B", a, b)
-            with pytest.raises(TransactionFailed, match="ILLEGAL_GENERATION|UNKNOWN_MEMBER_ID"):
+            with pytest.raises(Overtaken, match="ILLEGAL_GENERATION|UNKNOWN_MEMBER_ID"):
                 await txns.commit([record(b"zombie")], {(source, 3): 9}, old)
             # the refused transaction is aborted on the broker, not only in the client: nothing
             # of it stays open (a next commit on this producer would otherwise commit it)

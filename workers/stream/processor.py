@@ -54,13 +54,13 @@ from workers.core.owner import Owner, apply, record_clock
 from workers.core.partitioning import murmur2
 from workers.ops.health import Health
 from workers.ops.metrics import Metrics
-from workers.stream.adapter import GroupFenced, GroupMember, partition_store
+from workers.stream.adapter import GroupMember, partition_store
 from workers.stream.batch_send import Record, send_all
 from workers.stream.checkpoints import Checkpointer
 from workers.stream.ingest import Inbox
 from workers.stream.local_state import OFFSET_KEY
 from workers.stream.session_store import SessionStore
-from workers.stream.transactions import BatchTransactions, TransactionFailed
+from workers.stream.transactions import BatchTransactions, Overtaken
 
 log = logging.getLogger("transcript_owner.processor")
 EXIT_FATAL = 70
@@ -95,6 +95,11 @@ class _Cursor:
     next: int | None = None  # offset after the last admitted message
     resync_below: int | None = None  # after a seek back: skip until an offset <= this arrives
     sought: bool = False  # sought back once already (a control record may sit at `start`)
+
+    @property
+    def position(self) -> int:
+        """The next offset to process (what its offset commit says)."""
+        return self.next if self.next is not None else self.start
 
 
 class Processor:
@@ -367,14 +372,11 @@ class Processor:
             return
         positions: dict[int, dict[str, int]] = {}
         for tp, cursor in self._cursors.items():
-            positions.setdefault(tp.partition, {})[tp.topic] = (
-                cursor.next if cursor.next is not None else cursor.start)
+            positions.setdefault(tp.partition, {})[tp.topic] = cursor.position
         try:
             await self._commit_transactions({}, positions, [], self.table.changelog_topic_name,
                                             extra)
-        except TransactionFailed as exc:
-            if not isinstance(exc.__cause__, GroupFenced):
-                raise
+        except Overtaken as exc:
             # No input message holds a revocation back while this commits (as a batch's do),
             # so a rebalance may overtake it: nothing of it is visible, and its partitions'
             # next owner checkpoints them.
@@ -436,7 +438,7 @@ class Processor:
                 positions.setdefault(m.partition, m.offset)
         for tp, cursor in self._cursors.items():
             if tp.topic == source and tp.partition not in positions:
-                positions[tp.partition] = cursor.next if cursor.next is not None else cursor.start
+                positions[tp.partition] = cursor.position
         checkpoints = self.checkpoints
         extra = checkpoints.take(wall_s, positions, lambda p: partition_store(self.table, p))
         if done := checkpoints.finished:

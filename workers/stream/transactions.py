@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.core.errors import OwnerError
-from workers.stream.adapter import GroupMember, install_kip447
+from workers.stream.adapter import GroupFenced, GroupMember, install_kip447
 from workers.stream.batch_send import Record, send_all
 
 log = logging.getLogger("transcript_owner.transactions")
@@ -41,6 +41,11 @@ log = logging.getLogger("transcript_owner.transactions")
 
 class TransactionFailed(OwnerError):
     """The batch's transaction did not commit: none of its outputs or offsets are visible."""
+
+
+class Overtaken(TransactionFailed):
+    """It did not commit because the group has moved on: its offsets carry a generation the
+    group no longer has (its partitions were given to another member, GroupFenced)."""
 
 
 def worker_transactional_id(group: str, instance_id: str | None, state_dir: str | Path) -> str:
@@ -114,8 +119,8 @@ class BatchTransactions:
             self.results["committed"] += 1
         except Exception as exc:
             await self._abort(producer)
-            raise TransactionFailed(f"the transaction did not commit: {type(exc).__name__}: "
-                                    f"{exc}") from exc
+            failed = Overtaken if isinstance(exc, GroupFenced) else TransactionFailed
+            raise failed(f"the transaction did not commit: {type(exc).__name__}: {exc}") from exc
         except BaseException:  # cancelled: abort what was begun, if the producer still can
             await asyncio.shield(self._abort(producer))
             raise

@@ -67,7 +67,7 @@ EXIT_STALE_STATE = 75  # faust found local state ahead of its changelog: discard
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = "Configured by the environment; see README, 'Configuration'."
+    parser.epilog = "Configured by the environment: docs/configuration.md lists every variable."
 
 
 def credentials(ks: KafkaSettings):
