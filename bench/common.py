@@ -14,8 +14,10 @@ from pathlib import Path
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient
 
+from tests.integration.harness import GroupLag
 from workers.core.partitioning import partition_for
-from workers.kafka_io import ranges_with_records
+from workers.kafka_io import consumer, polls, read
+from workers.settings import KafkaSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
@@ -27,6 +29,7 @@ MARKER_CHECK_OFFSETS = 1000
 
 assert BOOTSTRAP.split(",")[0].rsplit(":", 1)[0] in ("127.0.0.1", "localhost"), \
     "the benchmark only talks to a broker on loopback"
+KS = KafkaSettings(bootstrap=BOOTSTRAP)  # for the workers.kafka_io readers
 
 
 _run = {"partitions": PARTITIONS, "topics_file": None}  # set_partitions(): this run's
@@ -129,54 +132,17 @@ def preload(topic: str, records: list[tuple[bytes | None, bytes]]) -> float:
     return asyncio.run(_preload(topic, records))
 
 
-class Lag:
-    """Committed-offset lag of a group on a topic (kafka-python admin, as the test harness).
-
-    Offsets that hold no record a read_committed reader sees (transaction markers, aborted
-    records) do not count: an exactly-once worker's last committed offset of a partition stops
-    before the marker of the transaction that wrote its last record (re-keyed copies on the input
-    topic), so the offset lag of that partition stays at 1 until its next record arrives.
-    """
+class Lag(GroupLag):
+    """Committed-offset lag of a group on a topic: the test harness's GroupLag, its probe
+    quick (1 s at most, small fetches) and only of partitions MARKER_CHECK_OFFSETS behind or
+    fewer; an exactly-once worker's last committed offset of a partition stops before the
+    marker of the transaction that wrote its last record (re-keyed copies on the input topic),
+    so the offset lag of that partition stays at 1 until its next record arrives."""
 
     def __init__(self, group: str, topic: str) -> None:
-        self.group, self.topic = group, topic
-        self.admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP)
-        self.consumer = KafkaConsumer(bootstrap_servers=BOOTSTRAP, enable_auto_commit=False)
-        self.tps = [TopicPartition(topic, p)
-                    for p in sorted(self.consumer.partitions_for_topic(topic))]
-        self._reader: KafkaConsumer | None = None
-
-    def behind(self) -> dict[TopicPartition, tuple[int, int]]:
-        """Partitions whose committed offset is below the end: (committed, end)."""
-        ends = self.consumer.end_offsets(self.tps)
-        offsets = self.admin.list_group_offsets(self.group).get(self.group, {})
-        out = {}
-        for tp in self.tps:
-            committed = offsets[tp].offset if tp in offsets and offsets[tp].offset >= 0 else 0
-            if committed < ends[tp]:
-                out[tp] = (committed, ends[tp])
-        return out
-
-    def __call__(self) -> int:
-        """Offsets still to process, 0 once the rest of every partition holds no record."""
-        behind = self.behind()
-        if not behind:
-            return 0
-        if max(end - start for start, end in behind.values()) > MARKER_CHECK_OFFSETS:
-            return sum(end - start for start, end in behind.values())
-        with_records = self._holding_records(behind)
-        return sum(end - start for tp, (start, end) in behind.items() if tp in with_records)
-
-    def _holding_records(self, ranges: dict[TopicPartition, tuple[int, int]],
-                         timeout: float = 1.0) -> set[TopicPartition]:
-        """Partitions with a committed record in [start, end). Undecided in `timeout` (an open
-        transaction holds the read_committed reader below the end) counts as holding one."""
-        if self._reader is None:
-            self._reader = KafkaConsumer(bootstrap_servers=BOOTSTRAP, enable_auto_commit=False,
-                                         isolation_level="read_committed", check_crcs=False,
-                                         max_partition_fetch_bytes=64 * 1024,
-                                         fetch_max_wait_ms=20)
-        return ranges_with_records(self._reader, ranges, timeout)
+        super().__init__(BOOTSTRAP, group, topic, probe_timeout=1.0,
+                         probe_limit=MARKER_CHECK_OFFSETS, check_crcs=False,
+                         max_partition_fetch_bytes=64 * 1024, fetch_max_wait_ms=20)
 
     def wait_zero(self, timeout: float, alive=lambda: True, interval: float = 0.1) -> float:
         """Wall time (time.time()) when lag was first seen at 0 (when that look began)."""
@@ -195,34 +161,10 @@ class Lag:
         """Records a read_committed reader sees in the topic (end offsets count markers too)."""
         return count_records(self.topic)
 
-    def close(self) -> None:
-        self.admin.close()
-        self.consumer.close()
-        if self._reader is not None:
-            self._reader.close()
-
 
 def count_records(topic: str, timeout: float = 120) -> int:
     """Records of `topic` a read_committed reader sees, from the log start to the end."""
-    c = KafkaConsumer(bootstrap_servers=BOOTSTRAP, enable_auto_commit=False,
-                      isolation_level="read_committed", check_crcs=False,
-                      max_partition_fetch_bytes=4 * 1024 * 1024, fetch_max_bytes=16 * 1024 * 1024)
-    try:
-        tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or ())]
-        c.assign(tps)
-        c.seek_to_beginning()
-        ends = c.end_offsets(tps)  # read_committed: the last stable offsets
-        n, pending = 0, {tp for tp in tps if c.position(tp) < ends[tp]}
-        deadline = time.monotonic() + timeout
-        while pending:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{topic} not read to its end in {timeout}s")
-            for tp, recs in c.poll(timeout_ms=200, max_records=100_000).items():
-                n += sum(1 for rec in recs if rec.offset < ends[tp])
-            pending = {tp for tp in pending if c.position(tp) < ends[tp]}
-        return n
-    finally:
-        c.close()
+    return sum(1 for _ in read(KS, topic, timeout=timeout, check_crcs=False))
 
 
 def first_timestamp(topics: list[str]) -> float | None:
@@ -245,8 +187,7 @@ def last_timestamp(topics: list[str], back: int = 200) -> float | None:
 
     Reads the last `back` offsets of each partition read_committed: on a topic written in
     transactions the last offset is a transaction marker, not a record."""
-    c = KafkaConsumer(bootstrap_servers=BOOTSTRAP, enable_auto_commit=False,
-                      isolation_level="read_committed", check_crcs=False)
+    c = consumer(KS, check_crcs=False)
     try:
         tps = [TopicPartition(t, p)
                for t in topics for p in sorted(c.partitions_for_topic(t) or ())]
@@ -254,13 +195,13 @@ def last_timestamp(topics: list[str], back: int = 200) -> float | None:
         c.assign(list(ends))
         for tp, e in ends.items():
             c.seek(tp, max(0, e - back))
-        best, pending = None, set(ends)
-        deadline = time.monotonic() + 20
-        while pending and time.monotonic() < deadline:
-            for recs in c.poll(timeout_ms=200).values():
-                for r in recs:
+        best = None
+        try:
+            for batch in polls(c, ends, timeout=20, poll_ms=200):
+                for r in batch:
                     best = max(best or 0, r.timestamp / 1000)
-            pending = {tp for tp in pending if c.position(tp) < ends[tp]}
+        except TimeoutError:
+            pass
         return best
     finally:
         c.close()

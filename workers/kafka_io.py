@@ -1,4 +1,6 @@
-"""kafka-python clients for the command-line shells (demo, show, audit, loadgen) and tests.
+"""kafka-python clients for the command-line shells (demo, show, audit, forget, loadgen), the
+tests and the bench; `polls` is the one loop that reads them (read_committed, to the end
+offsets or on as records are written).
 
 The worker itself talks to Kafka through faust; these are the plain clients around it.
 """
@@ -62,42 +64,53 @@ def end_offsets(ks: KafkaSettings, topic: str) -> dict[int, int]:
         c.close()
 
 
+def polls(c: KafkaConsumer, ends: dict[TopicPartition, int] | None = None, *,
+          timeout: float | None = None, poll_ms: int = 500,
+          max_records: int = 10_000) -> Iterator[list[ConsumerRecord]]:
+    """The one read loop: what `c` (assigned, positioned) reads from its positions on, one list
+    a poll (empty when the poll brought nothing).
+
+    With `ends` (an offset for each assigned partition), only the records below them, and no
+    more polls once c's position in every partition has reached its end. A read_committed
+    reader steps over transaction markers and aborted records, so its position gets there also
+    when the last offsets hold no record; a partition the caller seeks to its end is done.
+    Without `ends`, on (following what is written) until the caller stops. Raises TimeoutError
+    when `timeout` seconds pass first."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pending = None if ends is None else {tp for tp, end in ends.items() if c.position(tp) < end}
+    while pending is None or pending:
+        if deadline is not None and time.monotonic() > deadline:
+            topics = ", ".join(sorted({tp.topic for tp in pending or c.assignment()}))
+            raise TimeoutError(f"{topics} not read to its end in {timeout}s")
+        batch = c.poll(timeout_ms=poll_ms, max_records=max_records)
+        if ends is None:
+            yield [r for recs in batch.values() for r in recs]
+        else:
+            yield [r for tp, recs in batch.items() for r in recs if r.offset < ends[tp]]
+            pending = {tp for tp in pending if c.position(tp) < ends[tp]}
+
+
 def read(ks: KafkaSettings, topic: str, *, partitions: Iterable[int] | None = None,
          start: dict[int, int] | None = None, until_end: bool = True,
-         idle_timeout_s: float = 5.0) -> Iterator[ConsumerRecord]:
-    """Records of `topic` from `start` (default: the beginning) to the end offsets seen at call.
+         timeout: float | None = None, **overrides) -> Iterator[ConsumerRecord]:
+    """Records of `topic` from `start` (default: the beginning) to the end offsets seen at call,
+    or on as they are written when `until_end` is False (then until the caller stops).
 
-    read_committed, so what a transcript reader would see. Stops at the end offsets (or after
-    `idle_timeout_s` without progress when `until_end` is False).
-    """
-    c = consumer(ks)
+    read_committed (unless `overrides` say otherwise: options of consumer()), so what a
+    transcript reader would see. Raises TimeoutError when not done within `timeout` seconds."""
+    c = consumer(ks, **overrides)
     try:
         if partitions is None:
             partitions = c.partitions_for_topic(topic) or ()
-        parts = sorted(partitions)
-        tps = [TopicPartition(topic, p) for p in parts]
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
         c.assign(tps)
         for tp in tps:
             if start and tp.partition in start:
                 c.seek(tp, start[tp.partition])
             else:
                 c.seek_to_beginning(tp)
-        ends = c.end_offsets(tps)
-        pending = {tp for tp in tps if c.position(tp) < ends[tp]}
-        last = time.monotonic()
-        while pending:
-            batch = c.poll(timeout_ms=500, max_records=10000)
-            if batch:
-                last = time.monotonic()
-            for tp, recs in batch.items():
-                for r in recs:
-                    if r.offset < ends[tp]:
-                        yield r
-            for tp in list(pending):
-                if c.position(tp) >= ends[tp]:
-                    pending.discard(tp)
-            if not until_end and time.monotonic() - last > idle_timeout_s:
-                break
+        for batch in polls(c, c.end_offsets(tps) if until_end else None, timeout=timeout):
+            yield from batch
     finally:
         c.close()
 
@@ -111,13 +124,15 @@ def ranges_with_records(c: KafkaConsumer, ranges: dict[TopicPartition, tuple[int
     c.assign(list(ranges))
     for tp, (start, _) in ranges.items():
         c.seek(tp, start)
+    ends = {tp: end for tp, (_, end) in ranges.items()}
     holding: set[TopicPartition] = set()
-    undecided = set(ranges)
-    deadline = time.monotonic() + timeout
-    while undecided and time.monotonic() < deadline:
-        for tp, recs in c.poll(timeout_ms=50, max_records=100).items():
-            if tp in undecided and any(r.offset < ranges[tp][1] for r in recs):
-                holding.add(tp)
-                undecided.discard(tp)
-        undecided = {tp for tp in undecided if c.position(tp) < ranges[tp][1]}
-    return holding | undecided
+    try:
+        for batch in polls(c, ends, timeout=timeout, poll_ms=50, max_records=100):
+            for r in batch:
+                tp = TopicPartition(r.topic, r.partition)
+                if tp not in holding:
+                    holding.add(tp)
+                    c.seek(tp, ends[tp])  # one record decides it: done with the partition
+    except TimeoutError:
+        holding.update(tp for tp, end in ends.items() if c.position(tp) < end)
+    return holding

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kafka import KafkaConsumer, TopicPartition
 
-from workers.kafka_io import ranges_with_records
+from workers.kafka_io import consumer, polls, ranges_with_records
 from workers.settings import KafkaSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,10 +77,7 @@ class Collector:
     """A read_committed consumer over every partition of a topic, kept open across waits."""
 
     def __init__(self, ks: KafkaSettings, topic: str) -> None:
-        self.consumer = KafkaConsumer(
-            **ks.kafka_python_kwargs(), isolation_level="read_committed",
-            enable_auto_commit=False, auto_offset_reset="earliest",
-        )
+        self.consumer = consumer(ks)
         parts = self.consumer.partitions_for_topic(topic) or set()
         self.consumer.assign([TopicPartition(topic, p) for p in sorted(parts)])
         self.consumer.seek_to_beginning()
@@ -90,15 +87,16 @@ class Collector:
         self, done: Callable[[list], bool], timeout: float, worker: WorkerProcess | None = None
     ) -> list:
         """Poll until `done(records)` holds; fail with the worker's log on time-out or death."""
-        deadline = time.monotonic() + timeout
+        arriving = polls(self.consumer, timeout=timeout)
         while not done(self.records):
             if worker is not None and not worker.alive():
                 raise AssertionError(f"worker exited ({worker.proc.returncode}):\n{worker.tail()}")
-            if time.monotonic() > deadline:
+            try:
+                self.records.extend(next(arriving))
+            except TimeoutError:
                 tail = worker.tail() if worker else ""
-                raise AssertionError(f"timed out with {len(self.records)} records\n{tail}")
-            for recs in self.consumer.poll(timeout_ms=500).values():
-                self.records.extend(recs)
+                raise AssertionError(f"timed out with {len(self.records)} records\n{tail}") \
+                    from None
         return self.records
 
     def values(self) -> list[dict]:
@@ -121,55 +119,84 @@ def without_written_at(entries: list[dict]) -> list[dict]:
     return [{k: v for k, v in e.items() if k != "written_at"} for e in entries]
 
 
-def group_lag(bootstrap: str, group: str, topic: str) -> int | None:
-    """How far the group is behind on `topic`: 0 exactly when it has committed past every
-    committed record (all of them count if it committed none); None while the cluster cannot
-    tell (a retriable error, e.g. the coordinator is moving).
+class GroupLag:
+    """How far a consumer group is behind on a topic, its clients kept open across looks: 0
+    exactly when it has committed past every committed record (all of them count if it
+    committed none); None while the cluster cannot tell (a retriable error, e.g. the
+    coordinator is moving).
 
     Records, not offsets: transaction markers take offsets too and are never delivered, so a
     partition whose last offset is a commit marker (the worker writes its re-keyed records
     to the input in transactions; a connector may publish in them) keeps "end offset -
     committed offset" at 1 for good. So each partition with an offset gap is probed with a
-    read_committed reader (`_holding_records`): a gap that holds no committed record counts
-    0, any other counts its offsets (at least as many as its records). Partitions without a
-    gap are not read: a drained topic costs one look at the offsets."""
-    from kafka.admin import KafkaAdminClient
-    from kafka.errors import KafkaError
+    read_committed reader (`ranges_with_records`, `probe_timeout` seconds at most): a gap that
+    holds no committed record counts 0, any other counts its offsets (at least as many as its
+    records). Partitions without a gap are not read: a drained topic costs one look at the
+    offsets; nor is any when a gap is wider than `probe_limit` offsets (then every gap counts).
+    `reader_options`: the probing consumer's (kafka-python's KafkaConsumer)."""
 
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap)  # read_uncommitted: the log end
-    try:
-        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
-        ends = consumer.end_offsets(tps)
+    def __init__(self, bootstrap: str, group: str, topic: str, *, probe_timeout: float = 5.0,
+                 probe_limit: int | None = None, **reader_options) -> None:
+        from kafka.admin import KafkaAdminClient
+
+        self.bootstrap, self.group, self.topic = bootstrap, group, topic
+        self.probe_timeout, self.probe_limit = probe_timeout, probe_limit
+        self.reader_options = reader_options
+        self.admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        # read_uncommitted: the log end
+        self.consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        self.tps = [TopicPartition(topic, p)
+                    for p in sorted(self.consumer.partitions_for_topic(topic))]
+        self._reader: KafkaConsumer | None = None
+
+    def behind(self) -> dict[TopicPartition, tuple[int, int]] | None:
+        """The partitions whose committed offset is below the end: (committed, end); None
+        while the cluster cannot tell."""
+        from kafka.errors import KafkaError
+
+        ends = self.consumer.end_offsets(self.tps)
         try:
-            offsets = admin.list_group_offsets(group).get(group, {})
+            offsets = self.admin.list_group_offsets(self.group).get(self.group, {})
         except KafkaError as exc:
             if getattr(exc, "retriable", False):
                 return None
             raise
         gaps = {}
-        for tp in tps:
+        for tp in self.tps:
             committed = offsets[tp].offset if tp in offsets else 0
             committed = max(committed, 0)  # -1: nothing committed for this partition
             if ends[tp] > committed:
                 gaps[tp] = (committed, ends[tp])
+        return gaps
+
+    def __call__(self) -> int | None:
+        gaps = self.behind()
         if not gaps:
-            return 0
-        holding = _holding_records(bootstrap, gaps)
+            return None if gaps is None else 0
+        if self.probe_limit is not None \
+                and max(end - start for start, end in gaps.values()) > self.probe_limit:
+            return sum(end - start for start, end in gaps.values())
+        if self._reader is None:
+            self._reader = KafkaConsumer(
+                bootstrap_servers=self.bootstrap, isolation_level="read_committed",
+                enable_auto_commit=False, auto_offset_reset="earliest", **self.reader_options)
+        holding = ranges_with_records(self._reader, gaps, self.probe_timeout)
         return sum(end - start for tp, (start, end) in gaps.items() if tp in holding)
-    finally:
-        admin.close()
-        consumer.close()
+
+    def close(self) -> None:
+        self.admin.close()
+        self.consumer.close()
+        if self._reader is not None:
+            self._reader.close()
 
 
-def _holding_records(bootstrap: str, ranges: dict[TopicPartition, tuple[int, int]]
-                     ) -> set[TopicPartition]:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed",
-                             enable_auto_commit=False, auto_offset_reset="earliest")
+def group_lag(bootstrap: str, group: str, topic: str) -> int | None:
+    """GroupLag's one look, its clients closed again."""
+    lag = GroupLag(bootstrap, group, topic)
     try:
-        return ranges_with_records(consumer, ranges)
+        return lag()
     finally:
-        consumer.close()
+        lag.close()
 
 
 def poll_until(done: Callable[[], bool], timeout: float, workers: list[WorkerProcess],

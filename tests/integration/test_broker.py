@@ -1,4 +1,5 @@
-"""The local broker is a real Kafka: transactions and log compaction work."""
+"""The local broker is a real Kafka: transactions and log compaction work; and how the
+tests read it (workers.kafka_io's read loop, the harness's GroupLag)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,13 @@ import time
 import uuid
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.structs import OffsetAndMetadata
+
+from tests.integration.harness import GroupLag
+from workers.kafka_io import consumer, ranges_with_records, read
+from workers.settings import KafkaSettings
 
 pytestmark = pytest.mark.kafka
 
@@ -31,39 +37,33 @@ def topic(kafka_bootstrap: str):
 
 
 def read_all(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[tuple]:
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, isolation_level=isolation, enable_auto_commit=False,
-        auto_offset_reset="earliest", consumer_timeout_ms=3000,
-    )
-    tp = TopicPartition(topic, 0)
-    consumer.assign([tp])
-    consumer.seek_to_beginning(tp)
-    end = consumer.end_offsets([tp])[tp]
-    records = []
-    while consumer.position(tp) < end:
-        for batch in consumer.poll(timeout_ms=1000).values():
-            records.extend((r.key, r.value) for r in batch)
-    consumer.close()
-    return records
+    records = read(KafkaSettings(bootstrap=bootstrap), topic, isolation_level=isolation)
+    return [(r.key, r.value) for r in records]
 
 
-def test_read_committed_sees_committed_and_not_aborted(kafka_bootstrap, topic):
-    name = topic()
+def committed_then_aborted(bootstrap: str, topic: str) -> None:
+    """Offsets 0-4 committed records, 5 the commit marker, 6-10 aborted records, 11 the abort
+    marker: the log's end (12) and the 7 offsets before it hold no committed record."""
     producer = KafkaProducer(
-        bootstrap_servers=kafka_bootstrap, transactional_id=f"tx-{uuid.uuid4().hex}",
+        bootstrap_servers=bootstrap, transactional_id=f"tx-{uuid.uuid4().hex}",
         enable_idempotence=True,
     )
     producer.init_transactions()
     producer.begin_transaction()
     for i in range(5):
-        producer.send(name, key=b"k", value=f"committed-{i}".encode())
+        producer.send(topic, key=b"k", value=f"committed-{i}".encode())
     producer.commit_transaction()
     producer.begin_transaction()
     for i in range(5):
-        producer.send(name, key=b"k", value=f"aborted-{i}".encode())
+        producer.send(topic, key=b"k", value=f"aborted-{i}".encode())
     producer.flush()
     producer.abort_transaction()
     producer.close()
+
+
+def test_read_committed_sees_committed_and_not_aborted(kafka_bootstrap, topic):
+    name = topic()
+    committed_then_aborted(kafka_bootstrap, name)
 
     committed = [v for _, v in read_all(kafka_bootstrap, name)]
     assert committed == [f"committed-{i}".encode() for i in range(5)]
@@ -100,3 +100,53 @@ def test_compacted_topic_really_compacts(kafka_bootstrap, topic):
     assert len(data) < written, "the log cleaner never compacted the topic"
     latest = {k: v for k, v in data}
     assert latest == {f"k{key}".encode(): b"v19" for key in range(5)}
+
+
+def test_the_read_loop_steps_over_markers_and_follows(kafka_bootstrap, topic):
+    """workers.kafka_io's read loop: a range of markers and aborted records holds no record,
+    one more offset does; and with until_end=False it goes on with what is written later,
+    until its timeout."""
+    name = topic()
+    committed_then_aborted(kafka_bootstrap, name)
+    ks = KafkaSettings(bootstrap=kafka_bootstrap)
+    tp = TopicPartition(name, 0)
+    c = consumer(ks)
+    try:
+        assert ranges_with_records(c, {tp: (5, 12)}) == set()
+        assert ranges_with_records(c, {tp: (4, 12)}) == {tp}
+    finally:
+        c.close()
+
+    following = read(ks, name, until_end=False, timeout=60)
+    assert [next(following).value for _ in range(5)] == [
+        f"committed-{i}".encode() for i in range(5)]
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap)
+    producer.send(name, value=b"later").get(timeout=10)
+    producer.close()
+    assert next(following).value == b"later"
+    following.close()
+    with pytest.raises(TimeoutError, match=f"^{name} not read to its end in 1s$"):
+        list(read(ks, name, until_end=False, timeout=1))
+
+
+def test_group_lag_counts_records_not_markers(kafka_bootstrap, topic):
+    """GroupLag (the tests' and the bench's): offsets holding only markers and aborted records
+    need no commit; a gap wider than probe_limit is not read and counts whole."""
+    name = topic()
+    committed_then_aborted(kafka_bootstrap, name)
+    tp = TopicPartition(name, 0)
+    group = f"broker-test-{uuid.uuid4().hex[:10]}"
+    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
+    lag = GroupLag(kafka_bootstrap, group, name)
+    try:
+        assert lag() == 12  # nothing committed: every offset counts
+        admin.alter_group_offsets(group, {tp: OffsetAndMetadata(4, "", -1)})
+        assert lag() == 8
+        admin.alter_group_offsets(group, {tp: OffsetAndMetadata(5, "", -1)})
+        assert lag() == 0
+        lag.probe_limit = 6
+        assert lag() == 7
+    finally:
+        lag.close()
+        admin.delete_groups([group])
+        admin.close()

@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 import secrets
 import sys
-import time
 from datetime import UTC, datetime
 
 from workers.core.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
-from workers.kafka_io import consumer, publish
+from workers.kafka_io import consumer, polls, publish
 from workers.scenario import steps
 from workers.settings import SettingsError, kafka_settings, worker_settings
 from workers.topics import format_table
@@ -47,18 +46,21 @@ def main() -> int:
         DLQ: sum(s.expect == "dead_letter" for s in scenario),
     }
     got: dict[str, list] = {ENTRIES: [], DIAGNOSTICS: [], DLQ: []}
-    deadline = time.monotonic() + 60
+
+    def take(records: list) -> None:
+        for r in records:
+            if run in (r.key or b"").decode(errors="replace"):
+                got[r.topic[len(ks.topic_prefix):]].append(r)
+
+    arriving = polls(c, timeout=60)
     while any(len(got[t]) < n for t, n in want.items()) or not got[DIAGNOSTICS]:
-        if time.monotonic() > deadline:
+        try:
+            take(next(arriving))
+        except TimeoutError:
             print("\ntimed out waiting for the worker: is `make run` running?", file=sys.stderr)
             return 1
-        for tp, recs in c.poll(timeout_ms=500).items():
-            logical = tp.topic[len(ks.topic_prefix):]
-            got[logical].extend(r for r in recs if run in (r.key or b"").decode(errors="replace"))
     # diagnostics trail their entries by at most one poll; take what has arrived by then
-    for tp, recs in c.poll(timeout_ms=1000).items():
-        got[tp.topic[len(ks.topic_prefix):]].extend(
-            r for r in recs if run in (r.key or b"").decode(errors="replace"))
+    take(next(polls(c, poll_ms=1000)))
     c.close()
 
     entries = sorted((json.loads(r.value) for r in got[ENTRIES]),

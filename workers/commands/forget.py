@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from datetime import UTC, datetime
 
 from schemas import Invalid, SessionErase, parse_input
@@ -143,26 +142,16 @@ def publish(ks, topic: str, key: str, partition: int, value: bytes) -> int:  # n
 
 def wait_recorded(ks, key: str, at: datetime, timeout: float) -> dict | None:  # noqa: ANN001
     """The worker's session-erasure/1 record of this erasure (erased_at >= at), or None."""
-    from kafka import TopicPartition
-
     from workers.core.outputs import ERASURES
-    from workers.kafka_io import consumer
+    from workers.kafka_io import read
 
-    c = consumer(ks)
+    want = key.encode()
     try:
-        topic = ks.topic(ERASURES)
-        tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or ())]
-        c.assign(tps)
-        c.seek_to_beginning(*tps)
-        deadline = time.monotonic() + timeout
-        want = key.encode()
-        while time.monotonic() < deadline:
-            for recs in c.poll(timeout_ms=500).values():
-                for r in recs:
-                    if r.key == want and r.value is not None:
-                        doc = json.loads(r.value)
-                        if datetime.fromisoformat(doc["erased_at"]) >= at:
-                            return doc
-        return None
-    finally:
-        c.close()
+        for r in read(ks, ks.topic(ERASURES), until_end=False, timeout=timeout):
+            if r.key == want and r.value is not None:
+                doc = json.loads(r.value)
+                if datetime.fromisoformat(doc["erased_at"]) >= at:
+                    return doc
+    except TimeoutError:
+        pass
+    return None
