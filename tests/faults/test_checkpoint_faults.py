@@ -465,7 +465,7 @@ def test_a_large_checkpoint_is_spread_over_bounded_transactions(ks, tmp_path):
     import asyncio
 
     from workers.stream.batch_send import send_all
-    from workers.stream.worker import producer_factory
+    from workers.stream.clients import producer_factory
 
     db = large_store(tmp_path / "p0", LARGE)
     state = list(db.items())

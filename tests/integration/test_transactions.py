@@ -18,11 +18,11 @@ from kafka.errors import KafkaError
 from workers.core.outputs import CONFIRMATIONS, ENTRIES, changelog_topic
 from workers.kafka_io import consumer
 from workers.settings import kafka_settings
-from workers.stream import local_state, worker
+from workers.stream import clients, local_state
 from workers.stream.adapter import GroupMember
 from workers.stream.batch_send import send_all
+from workers.stream.clients import committed_offsets, producer_factory
 from workers.stream.transactions import BatchTransactions, Overtaken
-from workers.stream.worker import committed_offsets, producer_factory
 
 pytestmark = pytest.mark.kafka
 
@@ -197,7 +197,7 @@ def test_committed_offsets_wait_for_a_pending_transactional_offset_commit(env, t
     ks = kafka_settings(env)
     group, source = ks.topic_prefix + "stable", ks.topic(CONFIRMATIONS)
     tp = TopicPartition(source, 4)
-    monkeypatch.setattr(worker, "COMMITTED_OFFSETS_TIMEOUT_S", 3.0)
+    monkeypatch.setattr(clients, "COMMITTED_OFFSETS_TIMEOUT_S", 3.0)
 
     async def scenario() -> None:
         txns = BatchTransactions(producer_factory(ks, group), f"{group}-w1")

@@ -227,8 +227,8 @@ def test_a_takeover_that_waits_for_an_open_transaction_keeps_its_membership(ks, 
 
     from workers.core.outputs import changelog_topic
     from workers.stream.batch_send import send_all
+    from workers.stream.clients import producer_factory
     from workers.stream.transactions import BatchTransactions
-    from workers.stream.worker import producer_factory
 
     changelog = changelog_topic(ks.topic_prefix, "transcript-owner", "sessions")
     group = group_of(env)

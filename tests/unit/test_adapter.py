@@ -171,11 +171,11 @@ def test_canary_faust_awaits_the_table_managers_on_rebalance_at_each_assignment(
 
     assert "self.tables.on_rebalance" in inspect.getsource(faust.App._on_partitions_assigned), (
         "faust's App._on_partitions_assigned no longer awaits self.tables.on_rebalance: "
-        "adapter.replace_table_rebalance's step (worker.on_assigned: the exactly-once takeover "
+        "adapter.replace_table_rebalance's step (takeover.on_assigned: the exactly-once takeover "
         "before recovery) would never run")
     assert list(inspect.signature(TableManager.on_rebalance).parameters) == [
         "self", "assigned", "revoked", "newly_assigned", "generation_id"], (
-        "faust's TableManager.on_rebalance takes other arguments than worker.on_assigned passes")
+        "faust's TableManager.on_rebalance takes other arguments than takeover.on_assigned passes")
     app = faust.App("canary", datadir=str(tmp_path), web_enabled=False)
 
     async def hook(assigned, revoked, newly_assigned, generation_id=0):  # noqa: ANN001, ANN202

@@ -26,7 +26,7 @@ from workers.topics import load_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1024 * 1024
-PRODUCER_MAX_REQUEST = 4 * MIB  # the worker's producer (workers.stream.worker.producer_factory)
+PRODUCER_MAX_REQUEST = 4 * MIB  # the worker's producer (workers.stream.clients.producer_factory)
 
 
 def dlq_limit() -> int:

@@ -30,7 +30,7 @@ log = logging.getLogger("transcript_owner.health")
 
 class Health:
     """The worker's lifecycle (workers/core/lifecycle.py: the table) fed from faust's signals,
-    the exactly-once takeover (worker.on_assigned) and the processor, and the hot path's
+    the exactly-once takeover (takeover.on_assigned) and the processor, and the hot path's
     progress."""
 
     def __init__(self, liveness_timeout_s: float, *, settles: bool = False) -> None:

@@ -290,7 +290,7 @@ class Processor:
 
     async def _diagnostics_ends(self, partitions: list[int]) -> None:
         """Where each partition's diagnostics end, for its checkpoints: the transactions of the
-        partitions' last owners have ended (worker.on_assigned settles them), and only this
+        partitions' last owners have ended (takeover.on_assigned settles them), and only this
         worker writes there now."""
         self.checkpoints.forget()
         topic = self.topic_names[DIAGNOSTICS]

@@ -1,21 +1,19 @@
 """`transcript-owner worker`: the faust app, wiring the input, the state table and the processor.
 
 faust does what it is good at: group membership and partition assignment, the session table
-on RocksDB with its changelog and recovery, lifecycle and signals. The per-record work is the
-batch path of `workers.stream.processor` (see `workers.stream.ingest` for why not faust's
-Stream), which sends through its own idempotent producer, a batch per partition
-(`workers.stream.batch_send`).
+on RocksDB, lifecycle and signals. The per-record work is the batch path of
+`workers.stream.processor` (see `workers.stream.ingest` for why not faust's Stream), through
+the worker's own clients (`workers.stream.clients`); at each assignment the exactly-once
+takeover (`workers.stream.takeover`) runs before the partitions are processed.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
 import threading
-import time
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 from mode import Service
 
 from workers.core.checkpoint_format import CHECKPOINTS
-from workers.core.lifecycle import Assigned, Fail, Settled
 from workers.core.outputs import (
     CONFIRMATIONS,
     CONTROL,
@@ -49,20 +46,20 @@ from workers.stream.adapter import (
     membership,
     on_first_stop_signal,
     open_partition_stores,
-    partition_store,
     prompt_table_manager,
-    replace_table_rebalance,
 )
 from workers.stream.checkpoints import Checkpointer
+from workers.stream.clients import committed_offsets, producer_factory
 from workers.stream.ingest import Inbox, input_topic, read_committed, scheduler_for
 from workers.stream.processor import EXIT_FATAL, BatchClock, Processor
+from workers.stream.takeover import on_assigned
+from workers.stream.topic_check import check_topics
 from workers.stream.transactions import BatchTransactions, worker_transactional_id
 
 if TYPE_CHECKING:
     from workers.ops.http import HttpServer
 
 log = logging.getLogger("transcript_owner.worker")
-COMMITTED_OFFSETS_TIMEOUT_S = 120.0  # then the worker exits (70) and its supervisor restarts it
 EXIT_STALE_STATE = 75  # faust found local state ahead of its changelog: discarded, restart me
 
 
@@ -84,81 +81,6 @@ def credentials(ks: KafkaSettings):
             ssl_context=context,
         )
     return faust.SSLCredentials(context) if context else None
-
-
-def committed_offsets(ks: KafkaSettings, group: str):  # noqa: ANN201
-    """The group's committed offsets, asked of the cluster (once per rebalance, off the loop).
-    Stable ones (KIP-447 require_stable, which a read_committed consumer asks for): while an
-    offset commit of a transaction that has not ended is pending on a partition, the broker
-    answers UNSTABLE_OFFSET_COMMIT and the ask is repeated, so a partition's new owner never
-    starts below what its last owner's last transaction commits."""
-    from kafka import KafkaConsumer, TopicPartition
-    from kafka.errors import KafkaError
-
-    client: list[KafkaConsumer] = []
-    lock = threading.Lock()
-
-    def connect() -> KafkaConsumer:
-        with lock:  # a consumer that never subscribes: it asks, it does not join the group
-            if not client:
-                client.append(KafkaConsumer(**ks.kafka_python_kwargs(), group_id=group,
-                                            client_id=f"{group}-offsets",
-                                            isolation_level="read_committed",
-                                            enable_auto_commit=False))
-            return client[0]
-
-    def warm_up() -> None:
-        try:
-            connect()
-        except Exception:  # noqa: BLE001  (ask connects again, and says why it cannot)
-            log.debug("the offsets client did not connect ahead of the first batch", exc_info=True)
-
-    # connected while faust starts: a kafka-python client takes 0.2-0.5 s to bootstrap, and the
-    # first batch waits for the committed offsets
-    threading.Thread(target=warm_up, name="offsets-client", daemon=True).start()
-
-    def ask(tps: list) -> dict:
-        deadline, pause = time.monotonic() + COMMITTED_OFFSETS_TIMEOUT_S, 0.2
-        found: dict = {}
-        for tp in tps:
-            while True:
-                left_ms = max(1000, int((deadline - time.monotonic()) * 1000))
-                try:
-                    found[tp] = connect().committed(TopicPartition(tp.topic, tp.partition),
-                                                    timeout_ms=left_ms)
-                    break
-                except KafkaError as exc:  # the coordinator moved or loads; a transaction ends
-                    if not getattr(exc, "retriable", False) or time.monotonic() > deadline:
-                        raise
-                    log.warning("committed offsets not readable yet (%s); retrying",
-                                type(exc).__name__)
-                    time.sleep(pause)
-                    pause = min(2.0, pause * 2)
-        return found
-
-    async def committed(tps: list) -> dict:
-        return await asyncio.get_running_loop().run_in_executor(None, ask, tps)
-
-    return committed
-
-
-def producer_factory(ks: KafkaSettings, app_id: str, transaction_timeout_s: float = 60.0):  # noqa: ANN201
-    """The processor's producer: idempotent, acks from all in-sync replicas, large batches;
-    `new_producer(transactional_id)` for the exactly-once worker's (one per worker)."""
-
-    def new_producer(transactional_id: str | None = None):  # noqa: ANN202  (on the running loop)
-        from aiokafka import AIOKafkaProducer
-
-        # the connection (bootstrap, TLS context, SASL) exactly as every kafka-python client's
-        return AIOKafkaProducer(
-            **ks.kafka_python_kwargs(), client_id=f"{app_id}-outputs",
-            acks="all", enable_idempotence=True, max_batch_size=1024 * 1024,
-            max_request_size=4 * 1024 * 1024, linger_ms=0,
-            transactional_id=transactional_id,
-            transaction_timeout_ms=int(transaction_timeout_s * 1000),
-        )
-
-    return new_producer
 
 
 class _WithApp(Service):
@@ -314,82 +236,6 @@ def gauges_reader(app, inbox: Inbox, table, health: Health, metrics: Metrics):  
     return refresh
 
 
-def on_assigned(app, ks: KafkaSettings, transactions: BatchTransactions, input_name: str,  # noqa: ANN001
-                read: frozenset[str], changelog: str, diagnostics: str, table,  # noqa: ANN001
-                metrics: Metrics, health: Health, checkpoints: Checkpointer | None = None, *,
-                settle_timeout_s: float = 90.0) -> None:
-    """Exactly-once, at each assignment and before faust's table recovery: wait until the
-    partitions' last owners' transactions have ended (their offset commits are stable, and no
-    transaction is open on their changelog and diagnostics partitions), then bring their local
-    state up to the changelog's end, which is final then: a last owner that lost the partitions
-    can no longer commit (its offsets carry an older generation). Only then is the committed
-    offset read (Processor._starts) and input processed. A failure here exits (70): the next
-    start does the same from the beginning."""
-    stable = committed_offsets(ks, app.conf.id)
-    current: list = [None, None]  # the takeover in progress: its task, its superseded flag
-
-    async def on_rebalance(assigned, revoked, newly_assigned, generation_id=0):  # noqa: ANN001, ANN202
-        """faust's hook, run inside aiokafka's assignment callback, where this member sends no
-        heartbeat: a takeover that waited there for a frozen last owner's transaction (up to
-        the transaction timeout) outlived the session timeout and lost the assignment. So the
-        takeover runs beside it; the partitions stay paused and flow control off until it
-        hands them to faust's recovery."""
-        if checkpoints is not None:  # its snapshot would hold a store faust closes and reopens
-            checkpoints.abandon()
-        task, superseded = current
-        if task is not None and not task.done():  # a newer assignment: the last one ends first
-            superseded.set()
-            await asyncio.wait([task])
-        if app.should_stop:  # an assignment that arrives as the worker stops: faust's stores
-            return           # are closing, and the next start takes the partitions over
-        superseded = threading.Event()
-        current[:] = [asyncio.ensure_future(take_over(
-            assigned, revoked, newly_assigned, generation_id, superseded)), superseded]
-
-    async def take_over(assigned, revoked, newly_assigned, generation_id,  # noqa: ANN001, ANN202
-                        superseded: threading.Event) -> None:
-        def over() -> bool:
-            return superseded.is_set() or app.should_stop
-
-        try:
-            mine = sorted({tp.partition for tp in assigned if tp.topic == input_name})
-            health.send(Assigned(generation_id))
-            began = time.monotonic()
-            # this worker's own last incarnation is fenced once its producer holds its id
-            await transactions.start()
-            await stable([tp for tp in assigned if tp.topic in read])
-            loop = asyncio.get_running_loop()
-            done = await loop.run_in_executor(None, local_state.settle, ks,
-                                              [(topic, p) for topic in (changelog, diagnostics)
-                                               for p in mine], settle_timeout_s, 0.05, over)
-            if not done or over():
-                return
-            settled = time.monotonic()
-            health.send(Settled())
-            dbs = {p: partition_store(table, p) for p in mine}
-            applied = await loop.run_in_executor(None, local_state.top_up, ks, changelog, dbs)
-            # faust's stores are the only holders again: a stop meanwhile clears them, and a
-            # handle kept here would hold the RocksDB lock against their reopening
-            del dbs
-            metrics.restored += applied
-            log.info("assigned input partitions %s: last owners' transactions ended in %.2fs, "
-                     "%d changelog records applied in %.2fs", mine, settled - began, applied,
-                     time.monotonic() - settled)
-        except Exception:
-            if over():
-                log.info("the assigned partitions were not taken over: %s",
-                         "stopping" if app.should_stop else "a newer assignment came")
-                return
-            health.send(Fail())
-            log.exception("fatal: the assigned partitions could not be taken over; exiting")
-            logging.shutdown()
-            os._exit(EXIT_FATAL)
-        if not over():  # a stop or a newer assignment came while the top-up ran
-            await recover(assigned, revoked, newly_assigned, generation_id)
-
-    recover = replace_table_rebalance(app, on_rebalance)  # faust's: the tables' recovery
-
-
 def stop_within(worker, timeout_s: float) -> None:  # noqa: ANN001  (a faust Worker)
     """A signalled stop ends within `timeout_s`: the batch in flight has half of it
     (Processor), and should faust's own shutdown hang past it, the process exits 70 anyway."""
@@ -406,40 +252,6 @@ def stop_within(worker, timeout_s: float) -> None:  # noqa: ANN001  (a faust Wor
         watchdog.start()
 
     on_first_stop_signal(worker, watch)
-
-
-def check_topics(ks: KafkaSettings, ws: WorkerSettings) -> dict[str, int] | str:
-    """Each topic's partition count, or why the worker must refuse to start (co-partitioning
-    depends on the count; the session table's changelog is partitioned like the input)."""
-    from kafka import KafkaConsumer
-    from kafka.errors import KafkaError
-
-    try:
-        consumer = KafkaConsumer(**ks.kafka_python_kwargs(), request_timeout_ms=30000,
-                                 enable_auto_commit=False)
-    except KafkaError as exc:
-        return f"cannot reach Kafka at {ks.bootstrap}: {exc}"
-    changelog = changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS)
-    counts = {}
-    try:
-        for name in (*(ks.topic(n) for n in (CONFIRMATIONS, CONTROL, ENTRIES, DIAGNOSTICS, DLQ,
-                                              ERASURES)),
-                     changelog):
-            parts = consumer.partitions_for_topic(name)
-            if not parts:
-                if ks.sasl_username:  # with ACLs, a topic one may not Describe looks absent
-                    return (f"topic {name} does not exist, or KAFKA_SASL_USERNAME="
-                            f"{ks.sasl_username!r} may not describe it: run `transcript-owner "
-                            "topics apply` as an admin (topics.yaml: topics and acls)")
-                return f"topic {name} does not exist: run `transcript-owner topics apply`"
-            if name in (ks.topic(CONFIRMATIONS), ks.topic(CONTROL), ks.topic(ENTRIES), changelog) \
-                    and len(parts) != ws.partitions:
-                return (f"topic {name} has {len(parts)} partitions, "
-                        f"TRANSCRIPT_PARTITIONS is {ws.partitions}")
-            counts[name] = len(parts)
-    finally:
-        consumer.close()
-    return counts
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,0 +1,92 @@
+"""The worker's own Kafka clients beside faust's: its producer, and the committed-offsets reader.
+
+faust's producer and consumer carry the group and the fetches; these are the ones the batch
+path (workers.stream.processor) and the takeover (workers.stream.takeover) use themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+
+from workers.settings import KafkaSettings
+
+log = logging.getLogger("transcript_owner.worker")
+COMMITTED_OFFSETS_TIMEOUT_S = 120.0  # then the worker exits (70) and its supervisor restarts it
+
+
+def committed_offsets(ks: KafkaSettings, group: str):  # noqa: ANN201
+    """The group's committed offsets, asked of the cluster (once per rebalance, off the loop).
+    Stable ones (KIP-447 require_stable, which a read_committed consumer asks for): while an
+    offset commit of a transaction that has not ended is pending on a partition, the broker
+    answers UNSTABLE_OFFSET_COMMIT and the ask is repeated, so a partition's new owner never
+    starts below what its last owner's last transaction commits."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.errors import KafkaError
+
+    client: list[KafkaConsumer] = []
+    lock = threading.Lock()
+
+    def connect() -> KafkaConsumer:
+        with lock:  # a consumer that never subscribes: it asks, it does not join the group
+            if not client:
+                client.append(KafkaConsumer(**ks.kafka_python_kwargs(), group_id=group,
+                                            client_id=f"{group}-offsets",
+                                            isolation_level="read_committed",
+                                            enable_auto_commit=False))
+            return client[0]
+
+    def warm_up() -> None:
+        try:
+            connect()
+        except Exception:  # noqa: BLE001  (ask connects again, and says why it cannot)
+            log.debug("the offsets client did not connect ahead of the first batch", exc_info=True)
+
+    # connected while faust starts: a kafka-python client takes 0.2-0.5 s to bootstrap, and the
+    # first batch waits for the committed offsets
+    threading.Thread(target=warm_up, name="offsets-client", daemon=True).start()
+
+    def ask(tps: list) -> dict:
+        deadline, pause = time.monotonic() + COMMITTED_OFFSETS_TIMEOUT_S, 0.2
+        found: dict = {}
+        for tp in tps:
+            while True:
+                left_ms = max(1000, int((deadline - time.monotonic()) * 1000))
+                try:
+                    found[tp] = connect().committed(TopicPartition(tp.topic, tp.partition),
+                                                    timeout_ms=left_ms)
+                    break
+                except KafkaError as exc:  # the coordinator moved or loads; a transaction ends
+                    if not getattr(exc, "retriable", False) or time.monotonic() > deadline:
+                        raise
+                    log.warning("committed offsets not readable yet (%s); retrying",
+                                type(exc).__name__)
+                    time.sleep(pause)
+                    pause = min(2.0, pause * 2)
+        return found
+
+    async def committed(tps: list) -> dict:
+        return await asyncio.get_running_loop().run_in_executor(None, ask, tps)
+
+    return committed
+
+
+def producer_factory(ks: KafkaSettings, app_id: str, transaction_timeout_s: float = 60.0):  # noqa: ANN201
+    """The processor's producer: idempotent, acks from all in-sync replicas, large batches;
+    `new_producer(transactional_id)` for the exactly-once worker's (one per worker)."""
+
+    def new_producer(transactional_id: str | None = None):  # noqa: ANN202  (on the running loop)
+        from aiokafka import AIOKafkaProducer
+
+        # the connection (bootstrap, TLS context, SASL) exactly as every kafka-python client's
+        return AIOKafkaProducer(
+            **ks.kafka_python_kwargs(), client_id=f"{app_id}-outputs",
+            acks="all", enable_idempotence=True, max_batch_size=1024 * 1024,
+            max_request_size=4 * 1024 * 1024, linger_ms=0,
+            transactional_id=transactional_id,
+            transaction_timeout_ms=int(transaction_timeout_s * 1000),
+        )
+
+    return new_producer
