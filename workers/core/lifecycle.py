@@ -1,7 +1,7 @@
 """The worker's partition-assignment lifecycle as one table: events in, states out. Pure.
 
 Why: the lifecycle was spread over five modules with no test of it as a whole. The settle
-and top-up at each assignment (workers.stream.worker, `on_assigned`), faust's table recovery
+and top-up at each assignment (workers.stream.takeover, `on_assigned`), faust's table recovery
 (through its signals), the cursor check of each generation's first batch
 (workers.stream.processor, `_admit`/`_starts`), the phase /readyz reads (workers.ops.health)
 and the stop and the fatal exits each knew a piece. Here, as h11's `_state.py` does for
