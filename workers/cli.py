@@ -3,11 +3,11 @@
 Command modules are imported lazily so that `replay` (no Kafka) never pays for faust's import.
 Each module exposes `add_arguments(parser)` and `run(args) -> int` (the exit code).
 
-No traceback reaches a user: a reason the project gives (an OwnerError, workers/core/errors.py:
-settings, topics.yaml, the sink's database, …) prints `error: <reason>`, any other exception a
-command did not handle one line, `error: <class>: <message>` (the message clipped); both
-exit 2. Usage errors (argparse) and
-SystemExit (the worker: faust exits through it) pass through unchanged; Ctrl-C exits 130.
+No traceback reaches a user. A reason the project gives (an OwnerError, workers/core/errors.py:
+settings, topics.yaml, the sink's database, …) prints `error: <reason>`; any other exception a
+command did not handle prints one line, `error: <class>: <message>` (the message clipped); both
+exit 2. Usage errors (argparse) and SystemExit (the worker: faust exits through it) pass
+through unchanged; Ctrl-C exits 130.
 """
 
 from __future__ import annotations
