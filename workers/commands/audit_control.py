@@ -56,12 +56,13 @@ def replay_control(ks: KafkaSettings, owner: Owner, partition: int,
     if topic is None or not end_offsets(ks, topic):
         return 0, dead, outcomes
     wall = datetime.now(UTC)
+    wall_s = wall.timestamp()
     n = 0
     for r in read(ks, topic, partitions=[partition]):
         n += 1
         step = owner.handle(Source(topic, partition, r.offset, r.key, r.value or b"",
                                    tuple(r.headers or ())), state,
-                            record_clock(r.timestamp / 1000, wall, wall.timestamp()))
+                            record_clock(r.timestamp / 1000, wall, wall_s))
         outcomes[step.outcome] += 1
         apply(state, step)
         if any(out.topic == DLQ for out in step.sends):
