@@ -80,16 +80,18 @@ ca=${BUILD_CA_BUNDLE-${PIP_CERT:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates
 mounts=()
 [[ -n $ca && -f $ca ]] && mounts=(--volume "$(realpath "$ca"):/etc/ssl/certs/ca-certificates.crt:ro")
 echo "build-image: building $IMAGE:$VERSION on $BASE"
-previous=$(buildah images --quiet --no-trunc "$IMAGE:$VERSION" 2>/dev/null | head -1 || true)
+# (awk, not head: head exits after one line, and with pipefail the SIGPIPE buildah then gets
+# failed the build, exit 141, once the store held more than one image of the name)
+previous=$(buildah images --quiet --no-trunc "$IMAGE:$VERSION" 2>/dev/null | awk 'NR == 1' || true)
 buildah build --isolation chroot --layers --force-rm \
     --build-arg BASE="$BASE" --build-arg VERSION="$VERSION" \
     --build-arg REVISION="$REVISION" --build-arg SOURCE="$SOURCE" "${mounts[@]}" \
     -f deploy/container/Containerfile -t "$IMAGE:$VERSION" -t "$IMAGE:latest" .
-current=$(buildah images --quiet --no-trunc "$IMAGE:$VERSION" | head -1)
+current=$(buildah images --quiet --no-trunc "$IMAGE:$VERSION" | awk 'NR == 1')
 # the image this build replaced (now untagged): removed unless something still uses it; the
 # layer cache (intermediate images) stays
 if [[ -n $previous && $previous != "$current" ]]; then
     buildah rmi "$previous" >/dev/null 2>&1 || true
 fi
-size=$(buildah images --format '{{.Size}}' "$IMAGE:$VERSION" | head -1)
+size=$(buildah images --format '{{.Size}}' "$IMAGE:$VERSION" | awk 'NR == 1')
 echo "image: $IMAGE:$VERSION $size"
