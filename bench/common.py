@@ -13,9 +13,9 @@ from pathlib import Path
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient
+from transcript_connector.partitioning import partition_for
 
 from tests.integration.harness import GroupLag
-from workers.core.partitioning import partition_for
 from workers.kafka_io import consumer, polls, read
 from workers.settings import KafkaSettings
 

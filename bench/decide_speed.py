@@ -21,12 +21,13 @@ from datetime import UTC, datetime
 from itertools import islice
 from time import perf_counter
 
+from transcript_connector.partitioning import murmur2
+
 from schemas import Invalid, parse_input
 from workers.commands.replay import render
 from workers.core import DEFAULT_DEDUPE_WINDOW, MemoryState, session_key_of
 from workers.core.outputs import Source
 from workers.core.owner import Owner, apply
-from workers.core.partitioning import murmur2
 from workers.stream.session_store import SessionStore
 
 WRITTEN_AT = datetime(2027, 1, 1, tzinfo=UTC)  # after every synthetic record: no skew

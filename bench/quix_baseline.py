@@ -20,7 +20,7 @@ records to write, and one `to_topic` that routes each to its topic. Per record:
   with the right JSON types, `agent_id` pattern, `send_id` length, timestamps parsed with an
   offset and in range, `origin.kind` known and `turn_reply` with its turn; else the original
   bytes go to the dead-letter topic (no `error`/`source.*` headers).
-- The session key canonicalised as the worker does (a port of workers/core/session_keys.py,
+- The session key canonicalised as the worker does (a port of transcript_connector/session_keys.py,
   cached); a record whose Kafka key is not the canonical key is produced back to the input
   topic under the canonical key (murmur2, the contract's partitioner), as the worker re-keys,
   and decided when it arrives there. Quix state is per Kafka key, so this is what keeps one
@@ -67,7 +67,7 @@ _agent_ok = AGENT_ID.fullmatch
 OUT_ENTRY, OUT_DIAG, OUT_DLQ, OUT_INPUT = 0, 1, 2, 3
 
 
-# --- canonical session keys (a port of workers/core/session_keys.py) -----------------------
+# --- canonical session keys (a port of transcript_connector/session_keys.py) ---------------------
 
 _PEER_KINDS = frozenset({"direct", "dm", "group", "channel"})
 _DIRECT_KINDS = frozenset({"direct", "dm"})

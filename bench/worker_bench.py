@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from transcript_connector.partitioning import partition_for
 
 from bench.common import (
     BOOTSTRAP,
@@ -25,7 +26,6 @@ from bench.common import (
     transactional_ids,
 )
 from workers.core.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
-from workers.core.partitioning import partition_for
 from workers.synthetic import generate
 
 

@@ -3,8 +3,7 @@
 Shells and the core import records from here; nothing else defines a record's shape.
 """
 
-from schemas.jobs import JobDelivery, ScheduledJob, job_problems
-from schemas.parse import (
+from transcript_connector.parse import (
     MAX_RECORD_BYTES,
     NON_FINITE_REASON,
     Invalid,
@@ -12,7 +11,7 @@ from schemas.parse import (
     parse_input,
     read_input,
 )
-from schemas.records import (
+from transcript_connector.records import (
     AGENT_ID_PATTERN,
     CONFIRMATION,
     ERASE,
@@ -46,6 +45,8 @@ from schemas.records import (
     TranscriptEntry,
     Turn,
 )
+
+from schemas.jobs import JobDelivery, ScheduledJob, job_problems
 
 __all__ = [
     "CONFIRMATION",

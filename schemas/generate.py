@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from schemas.records import RECORDS
+from transcript_connector.records import RECORDS
 
 JSON_DIR = Path(__file__).resolve().parent / "json"
 SUFFIX = ".schema.json"

@@ -50,8 +50,7 @@ from pydantic import (
     ValidationError,
 )
 from pydantic.alias_generators import to_camel
-
-from schemas.records import AGENT_ID_PATTERN
+from transcript_connector.records import AGENT_ID_PATTERN
 
 STORE_VERSION = 1
 DEFAULT_AGENT_ID = "main"  # the gateway's agent when a job names none

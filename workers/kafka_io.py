@@ -12,8 +12,8 @@ from collections.abc import Iterable, Iterator
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
+from transcript_connector.partitioning import partition_for
 
-from workers.core.partitioning import partition_for
 from workers.kafka_auth import check_access
 from workers.settings import KafkaSettings
 

@@ -15,7 +15,7 @@ What the file holds, every expectation computed by the Python implementation (th
 - every key's partition for several partition counts (workers/stream/partitioning.partition_for,
   the Java client's murmur2), and `partition` for extra raw keys (murmur2's tail lengths,
   multi-byte UTF-8).
-- `timestamps`: whether the worker accepts a timestamp (schemas.parse), and whether the
+- `timestamps`: whether the worker accepts a timestamp (transcript_connector.parse), and whether the
   TypeScript builder must (it may be stricter, never looser).
 - `unicode`: SHA-256 digests of Python's str.lower(), the final-sigma context, str.strip()
   and repr() over every code point, so the TypeScript port is checked on all 1,114,112 of
@@ -42,10 +42,9 @@ for _path in (str(HERE.parents[1]), str(HERE)):  # the repository root; the edge
         sys.path.append(_path)
 
 from session_key_edges import CANONICAL, ROUTES, TIMESTAMPS, Err, ScopeErr  # noqa: E402
-
-from schemas.parse import Invalid, parse_input  # noqa: E402
-from workers.core.partitioning import partition_for  # noqa: E402
-from workers.core.session_keys import canonical_session_key, session_key_for_route  # noqa: E402
+from transcript_connector.parse import Invalid, parse_input  # noqa: E402
+from transcript_connector.partitioning import partition_for  # noqa: E402
+from transcript_connector.session_keys import canonical_session_key, session_key_for_route  # noqa: E402
 
 OUT = HERE / "session_keys.json"
 PARTITION_COUNTS = (1, 3, 8, 12, 64)
@@ -228,7 +227,7 @@ def build() -> tuple[dict[str, Any], list[str]]:
         problems.append("duplicate vector ids")
     data = {
         "about": "Session-key parity vectors: computed by the Python implementation "
-                 "(workers/core/session_keys.py); run by tests/unit/test_vectors.py and "
+                 "(transcript_connector/session_keys.py); run by tests/unit/test_vectors.py and "
                  "connectors/typescript/test/unit/parity.test.ts. Regenerate with `make vectors`.",
         "generated_by": "python schemas/vectors/generate.py",
         "python": sys.version.split()[0],

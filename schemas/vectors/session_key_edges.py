@@ -375,7 +375,8 @@ ROUTES: list[tuple] = [
 ]
 
 # Timestamps: (text, verdict of the TypeScript builder when it is stricter than Python).
-# Python's verdict is recorded by the generator (schemas.parse on a session-reset/1 record).
+# Python's verdict is recorded by the generator (transcript_connector.parse on a session-reset/1
+# record).
 TIMESTAMPS: list[tuple[str, str | None]] = [
     ("2026-05-01T12:00:00Z", None),
     ("2026-05-01T12:00:00+00:00", None),
@@ -428,8 +429,8 @@ TIMESTAMPS: list[tuple[str, str | None]] = [
     ("2026-05-01T12:00:00Z ", None),
     ("", None),
     ("now", None),
-    # not RFC 3339: Python accepted them until its edge checked the spelling (schemas.records
-    # _rfc3339); the builder never did
+    # not RFC 3339: Python accepted them until its edge checked the spelling
+    # (transcript_connector.records._rfc3339); the builder never did
     ("2026-05-01T12:00Z", None),
     ("2026-05-01T12:00:00,5Z", None),
     ("2026-05-01T12:00:00+0100", None),

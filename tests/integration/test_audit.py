@@ -7,13 +7,13 @@ from datetime import UTC, datetime
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from transcript_connector.partitioning import partition_for
 
 from tests.conftest import cli
 from tests.integration.harness import Collector, WorkerProcess, wait_drained
 from tests.integration.test_audit_retention import DM, truncated  # noqa: F401  (a fixture)
 from workers.core.checkpoint_format import CHECKPOINTS
 from workers.core.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES, ERASURES
-from workers.core.partitioning import partition_for
 from workers.kafka_io import producer, publish
 from workers.scenario import steps
 from workers.settings import kafka_settings

@@ -11,13 +11,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from kafka import KafkaAdminClient, TopicPartition
+from transcript_connector.partitioning import partition_for
 
 from tests.conftest import cli
 from tests.integration.harness import Collector, group_of, poll_until, wait_drained
 from tests.unit.wire import confirmation, dumps
 from workers.core.checkpoint_format import CHECKPOINTS, manifest_key
 from workers.core.outputs import CONFIRMATIONS, ENTRIES
-from workers.core.partitioning import partition_for
 from workers.kafka_io import end_offsets, producer, publish, read
 from workers.scenario import steps
 from workers.settings import kafka_settings

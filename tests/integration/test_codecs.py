@@ -23,13 +23,13 @@ from pathlib import Path
 import pytest
 from kafka.admin import KafkaAdminClient
 from kafka.record.memory_records import MemoryRecords
+from transcript_connector.partitioning import partition_for
 
 from tests.conftest import cli
 from tests.integration.harness import Collector, group_of, wait_drained
 from tests.integration.test_sink import db_entries, entry, live_entries
 from tests.typescript_connector import built
 from workers.core.outputs import CONFIRMATIONS, DLQ, ENTRIES
-from workers.core.partitioning import partition_for
 from workers.kafka_io import producer, read
 from workers.settings import kafka_settings, worker_settings
 

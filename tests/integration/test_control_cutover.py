@@ -13,6 +13,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from transcript_connector.partitioning import partition_for
 
 from tests.conftest import cli
 from tests.integration.harness import Collector, group_of, wait_drained
@@ -26,7 +27,6 @@ from workers.core.outputs import (
     changelog_topic,
     entry_key,
 )
-from workers.core.partitioning import partition_for
 from workers.core.state import CUTOVER_KEY
 from workers.kafka_io import producer, read
 from workers.settings import kafka_settings

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from kafka.admin import ConfigResource, ConfigResourceType, KafkaAdminClient
+from transcript_connector.partitioning import partition_for
 
 from tests.conftest import cli
 from tests.integration.harness import Collector, group_lag, group_of, wait_drained
@@ -25,7 +26,6 @@ from workers.core.outputs import (
     changelog_topic,
     entry_key,
 )
-from workers.core.partitioning import partition_for
 from workers.core.state import CUTOVER_KEY
 from workers.kafka_io import publish, read
 from workers.settings import kafka_settings

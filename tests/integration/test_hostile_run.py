@@ -11,6 +11,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from transcript_connector.partitioning import partition_for
 
 from tests.conftest import cli
 from tests.integration.harness import (
@@ -31,7 +32,6 @@ from tests.integration.test_sink import count, db_entries, live_entries
 from tests.unit.wire import confirmation, dumps
 from workers.core.control import ONLY_ON_CONTROL
 from workers.core.outputs import CONFIRMATIONS, DLQ, ENTRIES, ERASURES, entry_key
-from workers.core.partitioning import partition_for
 from workers.kafka_io import publish, read
 from workers.settings import kafka_settings, worker_settings
 

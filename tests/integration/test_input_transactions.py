@@ -9,11 +9,11 @@ import json
 import pytest
 from kafka import KafkaProducer
 from kafka.admin import KafkaAdminClient
+from transcript_connector.partitioning import partition_for
 
 from tests.conftest import cli
 from tests.integration.harness import Collector, group_of, poll_until
 from workers.core.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
-from workers.core.partitioning import partition_for
 from workers.settings import kafka_settings
 
 pytestmark = pytest.mark.kafka

@@ -14,11 +14,11 @@ import shutil
 
 import pytest
 from kafka.admin import KafkaAdminClient
+from transcript_connector.partitioning import partition_for
 
 from tests.conftest import cli
 from tests.integration.harness import Collector, poll_until
 from workers.core.outputs import CONFIRMATIONS, ENTRIES
-from workers.core.partitioning import partition_for
 from workers.kafka_io import end_offsets, publish, read
 from workers.settings import kafka_settings
 

@@ -342,7 +342,7 @@ def test_only_the_operator_erases(as_user, secure, applied, prefix, tmp_path):
     """Erasure is the operator's (DESIGN 1.2): the connector may not write transcript.control,
     `forget` with its credentials exits 2, and an erase it publishes to the input is a dead
     letter; `forget` as the operator erases through the worker, and the audit is clean."""
-    from workers.core.partitioning import partition_for
+    from transcript_connector.partitioning import partition_for
 
     connector, operator = kafka_settings(as_user("connector")), kafka_settings(as_user("operator"))
     victim = "agent:ops:telegram:direct:sec-erase"

@@ -16,12 +16,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from transcript_connector.partitioning import partition_for
 
 from tests.conftest import cli
 from tests.integration.harness import CliProcess, group_of, wait_drained
 from workers.commands.sink import SinkDB
 from workers.core.outputs import CONFIRMATIONS, ENTRIES
-from workers.core.partitioning import partition_for
 from workers.kafka_io import producer, publish, read
 from workers.settings import KafkaSettings, kafka_settings
 from workers.synthetic import generate
@@ -97,7 +97,10 @@ def wait_sink_matches(db: Path, expected: dict[str, str], sink: SinkProcess,
     """Until the database holds exactly `expected` (key -> entry JSON)."""
     deadline = time.monotonic() + timeout
     while True:
-        got = db_entries(db) if db.exists() else {}
+        try:
+            got = db_entries(db) if db.exists() else {}
+        except sqlite3.OperationalError:  # the sink made the file and not yet its tables
+            got = {}
         if got == expected:
             return got
         if not sink.alive():

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from transcript_connector.partitioning import partition_for
 
 from tests.integration.harness import Collector, group_of, wait_drained
 from workers.core import head_key, seen_key
 from workers.core.outputs import CONFIRMATIONS, ENTRIES
-from workers.core.partitioning import partition_for
 from workers.kafka_io import publish, read
 from workers.settings import kafka_settings
 

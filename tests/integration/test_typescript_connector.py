@@ -13,12 +13,12 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 
 import pytest
+from transcript_connector.partitioning import partition_for
 
 from tests.conftest import ROOT
 from tests.integration.harness import Collector, group_of, wait_drained
 from tests.typescript_connector import built, failures, tap_summary
 from workers.core.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES
-from workers.core.partitioning import partition_for
 from workers.scenario import steps
 from workers.settings import kafka_settings
 

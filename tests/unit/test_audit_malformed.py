@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
+from transcript_connector.partitioning import partition_for
 
 from tests.unit.wire import confirmation, dumps
 from workers.commands import audit, audit_start
@@ -23,7 +24,6 @@ from workers.core import checkpoint_format as checkpoints
 from workers.core.checkpoint_format import CHECKPOINTS, Malformed
 from workers.core.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES, ERASURES, Source
 from workers.core.owner import Owner, apply
-from workers.core.partitioning import partition_for
 from workers.settings import kafka_settings
 
 PREFIX = "t."

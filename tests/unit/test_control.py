@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from transcript_connector.partitioning import partition_for
 
 from tests.unit.test_erasure import KEY, NOW, erase
 from tests.unit.test_session_store import FakeStores, store_over
@@ -31,7 +32,6 @@ from workers.core.control import (
 )
 from workers.core.outputs import CONFIRMATIONS, DLQ, ENTRIES, ERASURES, Source
 from workers.core.owner import Owner, Step, apply
-from workers.core.partitioning import partition_for
 from workers.core.state import CUTOVER_KEY, ticket_key
 
 PARTITIONS = 8

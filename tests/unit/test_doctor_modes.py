@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from transcript_connector.session_keys import DmScope
 
 from schemas.jobs import JobTarget
 from workers.core.job_modes import (
@@ -19,7 +20,6 @@ from workers.core.job_modes import (
     plan_store,
     store_problem,
 )
-from workers.core.session_keys import DmScope
 
 AT = datetime(2026, 1, 15, 9, 30, tzinfo=UTC)
 CHAT = "agent:main:telegram:group:-1001234567890"

@@ -15,10 +15,10 @@ from typing import Any
 
 import msgspec
 import pytest
+import transcript_connector.parse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import schemas.parse
 from bench.gen_input import generate
 from schemas import Invalid, parse_input, read_input
 from tests.unit.test_properties import confirmations, resets
@@ -136,7 +136,7 @@ def test_the_usual_record_is_checked_by_counting_not_scanned_again(
     def forbidden(raw: bytes) -> bool:
         raise AssertionError("the exact duplicate scan ran on the hot path")
 
-    monkeypatch.setattr(schemas.parse, "has_duplicate", forbidden)
+    monkeypatch.setattr(transcript_connector.parse, "has_duplicate", forbidden)
     assert all(isinstance(read_input(raw), msgspec.Struct) for raw in fast)
 
 

@@ -13,9 +13,9 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+import transcript_connector.parse
 from pydantic import BaseModel, ValidationError, field_validator
 
-import schemas.parse
 from schemas import (
     MAX_TIMESTAMP,
     MIN_TIMESTAMP,
@@ -370,7 +370,7 @@ def test_a_record_without_the_words_is_never_parsed_twice(monkeypatch: pytest.Mo
     def forbidden(raw: bytes) -> bool:
         raise AssertionError("the precise check ran on the hot path")
 
-    monkeypatch.setattr(schemas.parse, "_has_non_finite_number", forbidden)
+    monkeypatch.setattr(transcript_connector.parse, "_has_non_finite_number", forbidden)
     assert isinstance(parse_input(dumps(confirmation())), DeliveryConfirmation)
     assert isinstance(parse_input(dumps(reset())), SessionReset)
 

@@ -15,6 +15,8 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from transcript_connector.partitioning import partition_for
+
 from schemas import SessionErase
 from tests.unit.test_session_store import FakeStores, store_over
 from tests.unit.wire import WRITTEN_AT, confirmation, dumps, reset, run
@@ -22,7 +24,6 @@ from workers.core import EMPTY_HEAD, MemoryState, SessionHead, head_key, seen_ke
 from workers.core.outcomes import CONFIRMED_BEFORE_ERASURE
 from workers.core.outputs import DIAGNOSTICS, ENTRIES, ERASURES, Source, entry_key
 from workers.core.owner import Owner, Step, apply
-from workers.core.partitioning import partition_for
 
 KEY = "agent:ops:telegram:group:-100123"
 OTHER = "agent:ops:slack:channel:c0general"

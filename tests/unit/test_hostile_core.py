@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from transcript_connector.partitioning import partition_for
 
 from schemas import parse_input
 from tests.unit.test_owner import PARTITIONS, source
@@ -38,7 +39,6 @@ from workers.core import (
 )
 from workers.core.outputs import DLQ, Source
 from workers.core.owner import Owner, apply
-from workers.core.partitioning import partition_for
 from workers.core.state import SEEN_KEYS_FROM, parse_seen_key
 from workers.stream.session_store import SessionStore
 

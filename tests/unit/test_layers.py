@@ -36,7 +36,7 @@ def imports(path: Path) -> list[tuple[int, str]]:
 
 def test_the_layers_are_there() -> None:
     assert len(NOT_STREAM) > 20 and len(OPS) >= 3
-    assert {"owner.py", "outputs.py", "partitioning.py", "checkpoint_format.py"} <= {
+    assert {"owner.py", "outputs.py", "checkpoint_format.py"} <= {
         p.name for p in (WORKERS / "core").glob("*.py")}
 
 

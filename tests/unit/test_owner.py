@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 from hypothesis import given
 from kafka.partitioner.default import murmur2
+from transcript_connector.partitioning import partition_for
 
 from schemas import Invalid, parse_input
 from tests.unit.test_properties import INPUTS
@@ -21,13 +22,12 @@ from tests.unit.wire import WRITTEN_AT, confirmation, dumps, run
 from workers.core import DEFAULT_DEDUPE_WINDOW, EMPTY_HEAD, MemoryState, session_key_of
 from workers.core.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES, OutRecord, Source
 from workers.core.owner import Owner, apply
-from workers.core.partitioning import partition_for
 
 PARTITIONS = 8
 
 
 def home(key: str) -> int:
-    """The Java client's partition, computed without workers.core.partitioning (and its cache)."""
+    """The Java client's partition, computed without partition_for (and its cache)."""
     return (murmur2(key.encode()) & 0x7FFFFFFF) % PARTITIONS
 
 

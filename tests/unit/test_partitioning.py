@@ -6,9 +6,8 @@ from aiokafka.partitioner import DefaultPartitioner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2
-
-from workers.core.partitioning import murmur2 as ours
-from workers.core.partitioning import partition_for
+from transcript_connector.partitioning import murmur2 as ours
+from transcript_connector.partitioning import partition_for
 
 
 @settings(max_examples=500, derandomize=True)

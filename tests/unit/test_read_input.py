@@ -21,11 +21,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field, StringConstraints, field_validator
+from transcript_connector.records import Record
+from transcript_connector.structs import FAST_TIMESTAMP, _Builder
 
 from bench.gen_input import generate
 from schemas import Invalid, TranscriptEntry, parse_input, read_input
-from schemas.records import Record
-from schemas.structs import FAST_TIMESTAMP, _Builder
 from tests.unit.test_edge_hostile import IN_RANGE, OUT_OF_RANGE
 from tests.unit.test_records import DEAD_LETTERS
 from tests.unit.wire import DELETE, confirmation, dumps, reset, run, set_path

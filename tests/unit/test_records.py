@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import get_args
 
 import pytest
+import transcript_connector.records
 from pydantic import ValidationError
+from transcript_connector.records import Record
 
-import schemas.records
 from schemas import (
     MAX_RECORD_BYTES,
     RECORDS,
@@ -22,7 +23,6 @@ from schemas import (
     read_input,
 )
 from schemas.generate import JSON_DIR, main, render_all, stale_files, write_all
-from schemas.records import Record
 from tests.unit.wire import DELETE, confirmation, dumps, reset
 
 
@@ -231,7 +231,7 @@ def test_schema_beside_schema_is_an_unknown_field_the_record_is_read_by_schema_a
 
 
 def _aliased_fields() -> list[tuple[type[Record], str, str]]:
-    models = [m for m in vars(schemas.records).values()
+    models = [m for m in vars(transcript_connector.records).values()
               if isinstance(m, type) and issubclass(m, Record) and m is not Record]
     return [(m, name, f.alias) for m in models for name, f in m.model_fields.items()
             if f.alias not in (None, name)]

@@ -1,4 +1,4 @@
-"""workers/core/session_keys.py: every canonicalisation rule and every key the builder makes."""
+"""transcript_connector/session_keys.py: every canonicalisation rule, every key it builds."""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from transcript_connector.partitioning import partition_for
 
 from tests.unit.test_fingerprint import stored
 from tests.unit.test_owner import PARTITIONS, source
@@ -36,7 +37,6 @@ from workers.core import (
 )
 from workers.core.outputs import DLQ, Source
 from workers.core.owner import Owner, Step, apply
-from workers.core.partitioning import partition_for
 from workers.core.state import micros
 from workers.stream.session_store import SessionStore, Write
 

@@ -2,7 +2,7 @@
 
 Python passes every vector; the file and the TypeScript port's Unicode tables are current
 (regenerated, they are byte-identical); and the vectors reach every line and every branch of
-workers/core/session_keys.py (coverage.py, branch mode), so a change to any rule shows up as
+transcript_connector/session_keys.py (coverage.py, branch mode), so a change to any rule shows up as
 a changed vector, which the TypeScript suite then checks.
 """
 
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import coverage
 import pytest
+from transcript_connector import session_keys as session_keys_module
+from transcript_connector.parse import Invalid, parse_input
+from transcript_connector.partitioning import partition_for
 
-from schemas.parse import Invalid, parse_input
 from workers.core import canonical_session_key, session_key_for_route
-from workers.core import session_keys as session_keys_module
-from workers.core.partitioning import partition_for
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES_SCRIPT = ROOT / "connectors/typescript/scripts/pyunicode_tables.py"

@@ -55,8 +55,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from transcript_connector.records import AGENT_ID_PATTERN
+from transcript_connector.session_keys import DM_SCOPES, DmScope
+
 from schemas.jobs import DEFAULT_AGENT_ID
-from schemas.records import AGENT_ID_PATTERN
 from workers.core.errors import OwnerError
 from workers.core.job_modes import (
     DOCTOR,
@@ -65,7 +67,6 @@ from workers.core.job_modes import (
     plan_store,
     store_problem,
 )
-from workers.core.session_keys import DM_SCOPES, DmScope
 
 BACKUP_SUFFIX = ".bak-"
 LEDGER_SUFFIX = ".doctor-ledger.jsonl"

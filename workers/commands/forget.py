@@ -80,9 +80,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"forget: erasing the canonical key {key}")
 
     from kafka.errors import KafkaError
+    from transcript_connector.partitioning import partition_for
 
     from workers.core.outputs import CONTROL
-    from workers.core.partitioning import partition_for
 
     partition = partition_for(key, ws.partitions)
     try:

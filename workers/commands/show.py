@@ -110,9 +110,10 @@ def from_db(path: str, session_key: str) -> list[str]:
 def from_topic(session_key: str) -> tuple[list[str], int, int]:
     """The session's live entries (compaction's view: the latest value per key) in seq order,
     read from the whole of its partition; the partition; how many live values were skipped."""
+    from transcript_connector.partitioning import partition_for
+
     from workers.commands.sink import Upsert, classify
     from workers.core.outputs import ENTRIES, parse_entry_key
-    from workers.core.partitioning import partition_for
     from workers.kafka_io import read
     from workers.settings import kafka_settings, worker_settings
 

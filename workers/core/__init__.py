@@ -6,6 +6,14 @@ two directions agree by construction. The worker, replay and audit decide every 
 through one step: `workers.core.owner` (`Owner.handle`, then `apply`).
 """
 
+from transcript_connector.session_keys import (
+    DM_SCOPES,
+    DmScope,
+    RouteLike,
+    canonical_session_key,
+    session_key_for_route,
+)
+
 from workers.core.decide import (
     CLOCK_SKEW_ALLOWANCE,
     DEFAULT_DEDUPE_WINDOW,
@@ -21,13 +29,6 @@ from workers.core.decide import (
 from workers.core.errors import OwnerError
 from workers.core.fingerprint import fingerprint
 from workers.core.outcomes import OUTCOME_KINDS, Outcome, OutcomeKind, dead_letter
-from workers.core.session_keys import (
-    DM_SCOPES,
-    DmScope,
-    RouteLike,
-    canonical_session_key,
-    session_key_for_route,
-)
 from workers.core.state import (
     EMPTY_HEAD,
     UNKNOWN_FINGERPRINT,

@@ -1,9 +1,9 @@
 """The decision function: (session head, remembered send_id, input record) -> a Decision.
 
 Rules 2-7 of DESIGN.md are in this file, in the order they apply (Rule 1, invalid bytes, is
-decided at the edge: schemas/parse.py). The worker, `replay` and `audit` all call `decide`
-(through the one step, `workers.core.owner`), so an audit compares the pipeline against these rules,
-not against a second implementation. Pure: no I/O, no clock (`now` and `written_at` are
+decided at the edge: transcript_connector/parse.py). The worker, `replay` and `audit` all call
+`decide` (through the one step, `workers.core.owner`), so an audit compares the pipeline against
+these rules, not against a second implementation. Pure: no I/O, no clock (`now` and `written_at` are
 passed in).
 """
 
@@ -15,6 +15,17 @@ from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
 import msgspec
+from transcript_connector.records import (
+    CONFIRMATION,
+    ERASE,
+    MAX_TIMESTAMP,
+    MIN_TIMESTAMP,
+    RESET,
+    TIMESTAMP_RANGE,
+    InputRecord,
+    Payload,
+)
+from transcript_connector.session_keys import canonical_session_key
 
 from schemas import (
     DeliveryConfirmation,
@@ -24,16 +35,6 @@ from schemas import (
     SessionErase,
     SessionErasure,
     SessionReset,
-)
-from schemas.records import (
-    CONFIRMATION,
-    ERASE,
-    MAX_TIMESTAMP,
-    MIN_TIMESTAMP,
-    RESET,
-    TIMESTAMP_RANGE,
-    InputRecord,
-    Payload,
 )
 from workers.core.fingerprint import fingerprint, origin_key
 from workers.core.outcomes import (
@@ -49,7 +50,6 @@ from workers.core.outcomes import (
     dead_letter,
     diagnostic,
 )
-from workers.core.session_keys import canonical_session_key
 from workers.core.state import UNKNOWN_FINGERPRINT, Seen, SessionHead
 
 DEFAULT_DEDUPE_WINDOW = timedelta(days=7)

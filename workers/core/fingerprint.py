@@ -16,9 +16,9 @@ from __future__ import annotations
 import hashlib
 
 import msgspec
+from transcript_connector.session_keys import canonical_session_key
 
 from schemas import DeliveryConfirmation
-from workers.core.session_keys import canonical_session_key
 
 FINGERPRINT_HEX_CHARS = 32  # 128 bits: ample to tell two sends of one send_id apart
 # The canonical JSON is pydantic-core's `to_json` of the tuple (as the stored fingerprints were

@@ -54,6 +54,8 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import ValidationError
+from transcript_connector.records import JobMode
+from transcript_connector.session_keys import DmScope, canonical_session_key, session_key_for_route
 
 from schemas.jobs import (
     DEFAULT_AGENT_ID,
@@ -64,8 +66,6 @@ from schemas.jobs import (
     problem_field,
     problem_list,
 )
-from schemas.records import JobMode
-from workers.core.session_keys import DmScope, canonical_session_key, session_key_for_route
 
 DOCTOR = "transcript-owner doctor"
 Action = Literal["kept", "migrated", "quarantined"]

@@ -8,9 +8,10 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from transcript_connector.partitioning import partition_for
+
 from schemas import MAX_RECORD_BYTES, Diagnostic, SessionErasure
 from workers.core import Outcome
-from workers.core.partitioning import partition_for
 
 CONFIRMATIONS = "delivery.confirmations"
 ENTRIES = "transcript.entries"

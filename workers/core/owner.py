@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
+from transcript_connector.partitioning import partition_for
+
 from schemas import CONFIRMATION, ERASE, Invalid, read_input
 from workers.core import (
     Outcome,
@@ -38,7 +40,6 @@ from workers.core.control import (
     ticket,
 )
 from workers.core.outputs import CONFIRMATIONS, OutRecord, Source, encode
-from workers.core.partitioning import partition_for
 
 
 class Step(NamedTuple):

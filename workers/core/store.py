@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from schemas.records import CONFIRMATION, InputRecord
+from transcript_connector.records import CONFIRMATION, InputRecord
+
 from workers.core.decide import DEFAULT_DEDUPE_WINDOW, Decision, decide
 from workers.core.errors import OwnerError
 from workers.core.outcomes import HANDLING_FAILED, Outcome, dead_letter

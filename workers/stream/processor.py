@@ -47,11 +47,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from faust.types import TP, ConsumerMessage
+from transcript_connector.partitioning import murmur2
 
 from workers.core.lifecycle import Checked, Fail
 from workers.core.outputs import DIAGNOSTICS, Source
 from workers.core.owner import Owner, apply, record_clock
-from workers.core.partitioning import murmur2
 from workers.ops.health import Health
 from workers.ops.metrics import Metrics
 from workers.stream.adapter import GroupMember, partition_store

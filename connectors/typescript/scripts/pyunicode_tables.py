@@ -1,5 +1,5 @@
 """Write src/pyunicode-tables.ts: the character data Python's str methods use, for the TypeScript
-canonicaliser to behave exactly as workers/core/session_keys.py does.
+canonicaliser to behave exactly as transcript_connector/session_keys.py does.
 
     python connectors/typescript/scripts/pyunicode_tables.py          # rewrite the file
     python connectors/typescript/scripts/pyunicode_tables.py --check  # exit 1 if it is stale

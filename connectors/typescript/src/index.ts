@@ -2,7 +2,7 @@
  * @transcript-owner/connector: publish delivery confirmations to transcript-owner.
  *
  * - canonicalSessionKey / sessionKeyForRoute: the worker's session keys, for every input
- *   (a port of workers/core/session_keys.py; parity fixed by schemas/vectors/session_keys.json).
+ *   (a port of transcript_connector/session_keys.py; parity fixed by schemas/vectors/session_keys.json).
  * - buildConfirmation / buildReset: records the worker accepts, or an InvalidRecordError
  *   naming the field.
  * - ConfirmationPublisher: idempotent, acks=all, keyed by the canonical key so each record

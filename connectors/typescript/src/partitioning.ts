@@ -1,7 +1,7 @@
 /**
  * Where a session's records live: partition `murmur2(key) mod N`, the Java client's default
  * partitioner applied to the canonical session key (DESIGN.md "Topics"; the worker's
- * workers/core/partitioning.py). The publisher uses kafkajs's DefaultPartitioner, which is that
+ * transcript_connector/partitioning.py). The publisher uses kafkajs's DefaultPartitioner, which is that
  * partitioner (kafkajs >= 2: murmur2 of the key's UTF-8 bytes, `& 0x7fffffff`, mod the topic's
  * partition count); `partitionFor` asks the very same partitioner, so what it says is where
  * the publisher's record goes. The parity vectors check both against Python.

@@ -1,7 +1,7 @@
 /**
  * Python's `str.strip()`, `str.lower()` and `repr(str)`, in TypeScript.
  *
- * The canonical session key is defined by the Python worker (workers/core/session_keys.py).
+ * The canonical session key is defined by the Python worker (transcript_connector/session_keys.py).
  * JavaScript's own `trim()` and `toLowerCase()` differ from Python's in exactly the places that
  * would split one chat in two:
  * - `trim()` removes U+FEFF (BOM) and keeps U+001C..U+001F and U+0085; `str.strip()` does the

@@ -20,7 +20,7 @@ import { timestampProblem, timestampText } from "./timestamps.js";
 
 export const CONFIRMATION_SCHEMA = "delivery-confirmation/1";
 export const RESET_SCHEMA = "session-reset/1";
-/** Larger records are dead-lettered unread (schemas/parse.py MAX_RECORD_BYTES). */
+/** Larger records are dead-lettered unread (transcript_connector/parse.py MAX_RECORD_BYTES). */
 export const MAX_RECORD_BYTES = 1 << 20;
 /** The worker's JSON parser reads no deeper (objects and arrays, the record itself included). */
 export const JSON_DEPTH_LIMIT = 200;

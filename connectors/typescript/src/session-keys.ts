@@ -1,5 +1,5 @@
 /**
- * Canonical session keys: a line-by-line port of workers/core/session_keys.py.
+ * Canonical session keys: a line-by-line port of transcript_connector/session_keys.py.
  *
  * A transcript write must land in the exact session an inbound reply uses, so a connector
  * must key a confirmation exactly as the worker canonicalises it. These functions return the

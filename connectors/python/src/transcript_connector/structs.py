@@ -1,6 +1,6 @@
 """The input records as msgspec Structs, made from the pydantic models of records.py.
 
-The worker's one parse per record (`schemas.parse.read_input`): msgspec decodes the bytes
+The worker's one parse per record (`parse.read_input`): msgspec decodes the bytes
 straight into these in C, about 3× faster than pydantic's validation of the same models. The
 shape is not written twice: each Struct is generated from its model's fields, and a field
 type this module cannot mirror exactly stops the import (a test imports it).
@@ -15,7 +15,7 @@ So the fast path only ever accepts a *subset* of what pydantic accepts, with equ
 - `$` at the end of a pattern becomes `\\Z` (Python's `$` also matches before a final newline);
 - a model's own validators are mirrored by the checks in `_CHECKS`, one per validator;
 - an unknown field is refused (pydantic ignores it), except in a model open to extra fields;
-- a member named twice is found by counting (schemas.parse._once): a Struct is written without
+- a member named twice is found by counting (parse._once): a Struct is written without
   its default-valued fields (`omit_defaults`) for that, and nothing else writes one.
 A Struct has the model's attribute names (`schema_` is a class attribute: the tag), so the core
 reads either kind of record alike. `Native` keeps only `kind`: nothing reads the rest.
@@ -34,7 +34,7 @@ import msgspec
 from pydantic import AwareDatetime, BaseModel
 from pydantic.fields import FieldInfo
 
-from schemas.records import (
+from transcript_connector.records import (
     MAX_TIMESTAMP,
     MIN_TIMESTAMP,
     DeliveryConfirmation,

@@ -324,7 +324,7 @@ class Diagnostic(Record):
 
 InputRecord = DeliveryConfirmation | SessionReset | SessionErase
 # the `schema` of each input record: how the core tells them apart (`record.schema_`), for a
-# pydantic record and a Struct of schemas/structs.py alike
+# pydantic record and a Struct of transcript_connector/structs.py alike
 CONFIRMATION = "delivery-confirmation/1"
 RESET = "session-reset/1"
 ERASE = "session-erase/1"

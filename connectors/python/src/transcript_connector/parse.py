@@ -22,7 +22,7 @@ import pydantic_core
 from pydantic import Field, TypeAdapter, ValidationError
 from pydantic_core import SchemaValidator
 
-from schemas.records import (
+from transcript_connector.records import (
     CONFIRMATION,
     TIMESTAMP_RANGE,
     DeliveryConfirmation,
@@ -30,7 +30,7 @@ from schemas.records import (
     SessionErase,
     SessionReset,
 )
-from schemas.structs import INPUT_DECODER, INPUT_STRUCTS, NotFast, finish
+from transcript_connector.structs import INPUT_DECODER, INPUT_STRUCTS, NotFast, finish
 
 MAX_RECORD_BYTES = 1 << 20  # 1 MiB; larger records are dead-lettered unread
 JSON_DEPTH_LIMIT = 200  # pydantic-core's JSON parser reads no deeper (its recursion limit)
@@ -98,9 +98,9 @@ def parse_input(raw: bytes) -> InputRecord | Invalid:
 
 
 def read_input(raw: bytes) -> InputRecord | Invalid:
-    """`parse_input`, in one msgspec pass for a record of the usual form (schemas/structs.py).
+    """`parse_input`, in one msgspec pass for a record of the usual form (structs.py).
 
-    The worker's parse. Returns a Struct of schemas.structs for what the fast decode accepts,
+    The worker's parse. Returns a Struct of structs.py for what the fast decode accepts,
     else what `parse_input` returns (a pydantic record or an Invalid with its reason); both
     have the same attributes. A record with channel-native items is taken from the fast
     decode only when it is too short and too shallow to meet a limit of pydantic's JSON
@@ -133,7 +133,7 @@ def _once(raw: bytes, record: Any) -> bool:
 
     Outside its strings JSON has a colon only after a member's name, so `raw` has one colon per
     member plus those in its strings. The Struct, written again with its default-valued fields
-    omitted (schemas/structs.py), has one per field the record gave a value other than the
+    omitted (structs.py), has one per field the record gave a value other than the
     default, plus those of the strings it kept, which are among `raw`'s (the Structs refuse
     unknown fields). Equal counts leave no room for a member given twice: a second one adds a
     colon to `raw` that the Struct, holding the last value, does not have. A member given its
