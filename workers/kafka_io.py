@@ -65,7 +65,7 @@ def end_offsets(ks: KafkaSettings, topic: str) -> dict[int, int]:
 
 
 def polls(c: KafkaConsumer, ends: dict[TopicPartition, int] | None = None, *,
-          timeout: float | None = None, poll_ms: int = 500,
+          timeout: float | None = None, idle: float | None = None, poll_ms: int = 500,
           max_records: int = 10_000) -> Iterator[list[ConsumerRecord]]:
     """The one read loop: what `c` (assigned, positioned) reads from its positions on, one list
     a poll (empty when the poll brought nothing).
@@ -75,14 +75,23 @@ def polls(c: KafkaConsumer, ends: dict[TopicPartition, int] | None = None, *,
     reader steps over transaction markers and aborted records, so its position gets there also
     when the last offsets hold no record; a partition the caller seeks to its end is done.
     Without `ends`, on (following what is written) until the caller stops. Raises TimeoutError
-    when `timeout` seconds pass first."""
+    when `timeout` seconds pass first, or `idle` seconds without a record (a read whose length
+    grows with the log, such as a restore, bounds its stalls rather than its time)."""
     deadline = None if timeout is None else time.monotonic() + timeout
+    last_record = time.monotonic()
     pending = None if ends is None else {tp for tp, end in ends.items() if c.position(tp) < end}
     while pending is None or pending:
-        if deadline is not None and time.monotonic() > deadline:
+        now = time.monotonic()
+        if deadline is not None and now > deadline:
             topics = ", ".join(sorted({tp.topic for tp in pending or c.assignment()}))
             raise TimeoutError(f"{topics} not read to its end in {timeout}s")
+        if idle is not None and now - last_record > idle:
+            left = ", ".join(f"{tp.topic}[{tp.partition}]"
+                             for tp in sorted(pending or c.assignment()))
+            raise TimeoutError(f"no record for {idle:.0f}s; {left} not read to its end")
         batch = c.poll(timeout_ms=poll_ms, max_records=max_records)
+        if batch:
+            last_record = time.monotonic()
         if ends is None:
             yield [r for recs in batch.values() for r in recs]
         else:

@@ -253,7 +253,7 @@ class FailingConsumer:
         if self.polls > 1:
             raise KafkaConnectionError("broker gone")
         tp = next(tp for tp in self.tps if tp.partition == 0)
-        return {tp: [SimpleNamespace(offset=o, key=k, value=v) for o, k, v in
+        return {tp: [SimpleNamespace(partition=0, offset=o, key=k, value=v) for o, k, v in
                      ((42, b"k1", b"v1"), (43, b"agent:ops:main:0", None), (44, b"k2", b"v2"))]}
 
     def position(self, tp):

@@ -443,30 +443,25 @@ def _copy(ks, topic: str, due: Mapping[int, tuple[int, int]], dbs: Mapping[int, 
     import rocksdict
     from kafka import TopicPartition
 
-    from workers.kafka_io import consumer
+    from workers.kafka_io import consumer, polls
 
     applied = 0
     c = consumer(ks, client_id=client_id, fetch_max_bytes=64 * 1024 * 1024,
                  max_partition_fetch_bytes=16 * 1024 * 1024,
                  receive_buffer_bytes=4 * 1024 * 1024, auto_offset_reset="none")
     try:
-        tps = {partition: TopicPartition(topic, partition) for partition in due}
-        c.assign(list(tps.values()))
-        for partition, (first, _) in due.items():
-            c.seek(tps[partition], first)
-        pending = set(due)
-        last_record = time.monotonic()
-        while pending:
-            # short polls: the last offsets below `end` are often transaction markers, which a
-            # fetch passes without returning a record, and a poll returns early only for records
-            fetched = c.poll(timeout_ms=50, max_records=50_000)
-            if fetched:
-                last_record = time.monotonic()
-            for tp, records in fetched.items():
-                if tp.partition not in pending:
-                    continue
-                end = due[tp.partition][1]
-                ops, last = batch_ops(((r.offset, r.key, r.value) for r in records), end)
+        ends = {TopicPartition(topic, p): end for p, (_, end) in due.items()}
+        c.assign(list(ends))
+        for tp in ends:
+            c.seek(tp, due[tp.partition][0])
+        # short polls: the last offsets below `end` are often transaction markers, which a
+        # fetch passes without returning a record, and a poll returns early only for records
+        for records in polls(c, ends, idle=RESTORE_IDLE_S, poll_ms=50, max_records=50_000):
+            by_partition: dict[int, list] = {}
+            for r in records:
+                by_partition.setdefault(r.partition, []).append(r)
+            for partition, rs in by_partition.items():
+                ops, last = batch_ops(((r.offset, r.key, r.value) for r in rs), due[partition][1])
                 if last is None:
                     continue
                 batch = rocksdict.WriteBatch(raw_mode=True)
@@ -476,18 +471,14 @@ def _copy(ks, topic: str, due: Mapping[int, tuple[int, int]], dbs: Mapping[int, 
                     else:
                         batch.put(key, value)
                 batch.put(OFFSET_KEY, str(last).encode())  # in the batch: applied with it
-                dbs[tp.partition].write(batch)
+                dbs[partition].write(batch)
                 applied += len(ops)
-            for partition in list(pending):
-                end = due[partition][1]
-                if c.position(tps[partition]) >= end:
-                    # everything below `end` is applied (offsets in between, if any, are
-                    # transaction markers, aborted or compacted away): faust starts at `end`
-                    dbs[partition].put(OFFSET_KEY, str(end - 1).encode())
-                    pending.discard(partition)
-            if pending and time.monotonic() - last_record > RESTORE_IDLE_S:
-                raise LocalStateError(f"no changelog record for {RESTORE_IDLE_S:.0f}s, "
-                                      f"partitions {sorted(pending)} not read to their end")
+    except TimeoutError as exc:
+        raise LocalStateError(f"the restore from {topic} stalled: {exc}") from None
     finally:
         c.close()
+    # everything below each `end` is applied (offsets in between, if any, are transaction
+    # markers, aborted or compacted away): the store's next read starts at `end`
+    for partition, (_, end) in due.items():
+        dbs[partition].put(OFFSET_KEY, str(end - 1).encode())
     return applied
