@@ -16,7 +16,7 @@ from kafka.admin import KafkaAdminClient
 from kafka.errors import KafkaError
 
 from workers.core.outputs import CONFIRMATIONS, ENTRIES, changelog_topic
-from workers.kafka_io import consumer
+from workers.kafka_io import consumer, read
 from workers.settings import kafka_settings
 from workers.stream import clients, local_state
 from workers.stream.adapter import GroupMember
@@ -43,19 +43,7 @@ def committed_values(ks, topic: str, partition: int, *, settle: bool = True) -> 
     commit's markers are written after commit_transaction returns)."""
     if settle:
         local_state.settle(ks, [(topic, partition)], timeout_s=30)
-    c = consumer(ks)  # read_committed
-    try:
-        tp = TopicPartition(topic, partition)
-        c.assign([tp])
-        c.seek_to_beginning(tp)
-        end = c.end_offsets([tp])[tp]
-        out: list[bytes] = []
-        while c.position(tp) < end:
-            for records in c.poll(timeout_ms=1000).values():
-                out.extend(r.value for r in records)
-        return out
-    finally:
-        c.close()
+    return [r.value for r in read(ks, topic, partitions=[partition], timeout=60)]  # read_committed
 
 
 def group_offset(ks, group: str, topic: str, partition: int) -> int | None:
