@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient
 from transcript_connector.partitioning import partition_for
 
-from tests.integration.harness import GroupLag
+from tests.integration.harness import CliProcess, GroupLag
 from workers.kafka_io import consumer, polls, read
 from workers.settings import KafkaSettings
 
@@ -306,32 +305,29 @@ def transactional_ids(group: str) -> int | None:
         admin.close()
 
 
-class WorkerProc:
+class WorkerProc(CliProcess):
     """`python -m workers worker` with its own app id, state dir and processing guarantee
-    (TRANSCRIPT_PROCESSING_GUARANTEE); output to a log file. `peak_rss_mb()` reads the worker
-    process's VmHWM; stop() reads it too, just before the SIGTERM (`peak_rss_mb_at_stop`).
-    `connections()` counts its established connections to the broker."""
+    (TRANSCRIPT_PROCESSING_GUARANTEE): the tests' CliProcess, with what the bench reads of it.
+    `peak_rss_mb()` reads the worker process's VmHWM; stop() reads it too, just before the
+    SIGTERM (`peak_rss_mb_at_stop`). `connections()` counts its established connections to the
+    broker."""
 
     def __init__(self, prefix: str, app_id: str, state_dir: Path, log: Path,
                  guarantee: str = GUARANTEES[0]) -> None:
         if guarantee not in GUARANTEES:
             raise ValueError(f"processing guarantee {guarantee!r} is not one of {GUARANTEES}")
         self.guarantee = guarantee
-        self.env = env_for(prefix, TRANSCRIPT_APP_ID=app_id, TRANSCRIPT_STATE_DIR=str(state_dir),
-                           TRANSCRIPT_SESSION_TIMEOUT_S="6",
-                           TRANSCRIPT_PROCESSING_GUARANTEE=guarantee)
+        super().__init__(list(WORKER_ARGV[2:]), env_for(
+            prefix, TRANSCRIPT_APP_ID=app_id, TRANSCRIPT_STATE_DIR=str(state_dir),
+            TRANSCRIPT_SESSION_TIMEOUT_S="6", TRANSCRIPT_PROCESSING_GUARANTEE=guarantee), log)
         self.group = prefix + app_id
-        self.log = log
-        self.proc: subprocess.Popen | None = None
         self.started_at = 0.0
         self.peak_rss_at_stop_mb: float | None = None
 
-    def start(self) -> WorkerProc:
-        out = self.log.open("ab")
+    def start(self) -> WorkerProc:  # type: ignore[override]
         self.started_at = time.time()
         self.peak_rss_at_stop_mb = None
-        self.proc = subprocess.Popen([sys.executable, *WORKER_ARGV], cwd=ROOT,
-                                     env=self.env, stdout=out, stderr=subprocess.STDOUT)
+        super().start()
         return self
 
     def pid(self) -> int | None:
@@ -349,19 +345,13 @@ class WorkerProc:
         pid = self.pid()
         return None if pid is None else broker_connections(pid)
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self, timeout: float = 60) -> int | None:
+    def stop(self, timeout: float = 60) -> int | None:  # type: ignore[override]
+        """SIGTERM and wait; a worker that does not end by then is killed (a bench goes on)."""
         if self.proc is None or self.proc.poll() is not None:
             return None if self.proc is None else self.proc.returncode
         self.peak_rss_at_stop_mb = self.peak_rss_mb()
-        self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout=timeout)
+            return super().stop(timeout)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait(timeout=30)
-
-    def tail(self, n: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+            self.kill()
+            return self.proc.returncode
