@@ -1,7 +1,7 @@
 """The Python connector's builders against the worker: what they build the worker accepts, and
 what they refuse it dead-letters with the very reason the builder gives (through `replay`, the
-worker's own step). The builders hold a few of the worker's reasons as text (the connector
-cannot import workers): this is where they are held equal."""
+worker's own step). The keys' rules are one function on both sides
+(transcript_connector/record_keys.py); this checks the whole path, parser to rule."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from transcript_connector import BuiltRecord, InvalidRecordError, build_confirmation, build_reset
 
 from tests.conftest import cli
-from workers.core.control import ONLY_ON_CONTROL
+from workers.core.control import ONLY_ON_CONTROL  # the worker's name for it
 
 BASE: dict[str, Any] = {
     "send_id": "s-1", "confirmed_at": "2026-05-01T12:00:00+02:00", "agent_id": "ops",

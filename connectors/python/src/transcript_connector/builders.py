@@ -19,18 +19,14 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 from transcript_connector.errors import InvalidRecordError
 from transcript_connector.parse import Invalid, parse_input
+from transcript_connector.record_keys import ONLY_ON_CONTROL, origin_key_problem, session_key_of
 from transcript_connector.records import (
     CONFIRMATION,
     RESET,
     DeliveryConfirmation,
     SessionReset,
 )
-from transcript_connector.session_keys import DmScope, canonical_session_key, session_key_for_route
-
-# The worker's reasons for keys its rules cannot place (workers/core/decide.py session_key_of,
-# workers/core/control.py ONLY_ON_CONTROL); tests/unit/test_python_builders.py holds them equal.
-RESET_NEEDS_FULL_KEY = "a reset needs a full agent:<agent_id>:… key"
-ONLY_ON_CONTROL = "session-erase/1 is accepted only on transcript.control"
+from transcript_connector.session_keys import DmScope, session_key_for_route
 
 # An RFC 3339 timestamp with offset, or an aware datetime (written with isoformat()).
 TimestampInput = str | datetime
@@ -176,30 +172,17 @@ def build_reset(*, session_key: str, reset_at: TimestampInput,
 def record_key(record: DeliveryConfirmation | SessionReset) -> str:
     """The Kafka key the worker expects for `record`: its canonical session key (the worker's
     session_key_of). Raises InvalidRecordError with the worker's reason."""
-    if record.schema_ == CONFIRMATION:
-        return _canonical("session_key", record.session_key, record.agent_id)
-    head, sep, _ = record.session_key.partition(":")
-    if not sep or head.strip().lower() != "agent":
-        raise InvalidRecordError("session_key", RESET_NEEDS_FULL_KEY)
-    return _canonical("session_key", record.session_key, "")
+    key = session_key_of(record)
+    if isinstance(key, Invalid):
+        raise _invalid(key.reason)
+    return key
 
 
 def _check_origin_keys(record: DeliveryConfirmation) -> None:
-    """The keys the worker's rules compare must name an agent: a turn reply's turn key and an
-    in-chat job's key (a background job's or another kind's is compared by no rule)."""
-    origin = record.origin
-    if origin.kind == "turn_reply" and origin.turn is not None:
-        _canonical("origin.turn.session_key", origin.turn.session_key, record.agent_id)
-    job = origin.job
-    if job is not None and job.mode == "in_chat" and job.session_key is not None:
-        _canonical("origin.job.session_key", job.session_key, record.agent_id)
-
-
-def _canonical(at: str, raw: str, agent_id: str) -> str:
-    try:
-        return canonical_session_key(raw, agent_id)
-    except ValueError as exc:
-        raise InvalidRecordError(at, str(exc)) from None
+    """The keys the worker's rules compare must name an agent (origin_key_problem)."""
+    problem = origin_key_problem(record)
+    if problem is not None:
+        raise _invalid(problem.reason)
 
 
 def _invalid(reason: str) -> InvalidRecordError:
