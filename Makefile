@@ -11,8 +11,13 @@ STAMP := $(VENV)/.installed
 # of their own: quixstreams pins pydantic below the worker's, and make test needs none of them
 BENCH_VENV := var/venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
+# the Python connector (connectors/python) in a virtualenv of its own, as a gateway installs it:
+# its own dependencies only (no faust, mode, rocksdict, aiokafka); make test runs its suite there
+# and tests/integration/test_python_connector.py publishes through it
+CONNECTOR_VENV := var/venv-connector
+CONNECTOR_STAMP := $(CONNECTOR_VENV)/.installed
 
-.PHONY: help install kafka-up kafka-down kafka-status kafka-up-secure kafka-down-secure topics topics-check prometheus-tool kcat-tool image image-tools test test-unit faults run demo bench schemas lint clean
+.PHONY: help install connector-python kafka-up kafka-down kafka-status kafka-up-secure kafka-down-secure topics topics-check prometheus-tool kcat-tool image image-tools test test-unit faults run demo bench schemas lint clean
 
 help:
 	@echo "make run        venv + local Kafka + topics + the worker in the foreground"
@@ -23,6 +28,7 @@ help:
 	@echo "make image      the OCI image (buildah, Debian base by mmdebstrap): localhost/transcript-owner"
 	@echo "make kafka-up-secure  a second local broker: SASL_SSL + SCRAM + ACLs on 127.0.0.1:9192;"
 	@echo "                 one env file per principal in var/kafka/secure/ (make kafka-down-secure)"
+	@echo "make connector-python  the Python connector in var/venv-connector (its own deps only)"
 	@echo "make kafka-up | kafka-down | topics | schemas | lint"
 
 $(STAMP): pyproject.toml
@@ -33,6 +39,15 @@ $(STAMP): pyproject.toml
 	touch $@
 
 install: $(STAMP)
+
+$(CONNECTOR_STAMP): connectors/python/pyproject.toml
+	@python3.11 -c 'pass' || { echo "python3.11 is required for $(CONNECTOR_VENV)"; exit 1; }
+	test -x $(CONNECTOR_VENV)/bin/python || python3.11 -m venv $(CONNECTOR_VENV)
+	$(CONNECTOR_VENV)/bin/python -m pip install -q --upgrade pip
+	$(CONNECTOR_VENV)/bin/python -m pip install -q -e 'connectors/python[dev]'
+	touch $@
+
+connector-python: $(CONNECTOR_STAMP)
 
 kafka-up:
 	deploy/local/kafka-up.sh
@@ -77,7 +92,7 @@ schemas: install
 	$(PY) -m schemas.generate
 
 lint: install
-	$(VENV)/bin/ruff check workers schemas tests
+	$(VENV)/bin/ruff check workers schemas tests connectors/python
 
 # both kustomize overlays rendered and checked by deploy/k8s/validate (kubectl and go; no cluster)
 .PHONY: k8s-check
@@ -111,7 +126,8 @@ vectors: install
 test-unit: install
 	$(PY) -m pytest tests/unit -q
 
-test: install kafka-up prometheus-tool kcat-tool kafka-up-secure connector
+test: install kafka-up prometheus-tool kcat-tool kafka-up-secure connector connector-python
+	$(CONNECTOR_VENV)/bin/python -m pytest -q connectors/python/tests
 	$(PY) -m pytest -q
 
 faults: install kafka-up

@@ -26,8 +26,9 @@ import hashlib
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from transcript_connector.record_keys import ONLY_ON_CONTROL
+
 CONTROL_OFFSET_HEADER = "control.offset"  # on a forwarded erase: its offset in transcript.control
-ONLY_ON_CONTROL = "session-erase/1 is accepted only on transcript.control"
 CONTROL_TAKES_ERASES = "transcript.control takes session-erase/1 records only"
 NOT_ITS_PARTITION = ("session-erase/1 on transcript.control must be keyed by its canonical "
                      "session key, in its session's partition (forget does both)")

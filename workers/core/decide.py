@@ -15,8 +15,12 @@ from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
 import msgspec
+from transcript_connector.record_keys import (
+    canonical_or_invalid,
+    origin_key_problem,
+    session_key_of,
+)
 from transcript_connector.records import (
-    CONFIRMATION,
     ERASE,
     MAX_TIMESTAMP,
     MIN_TIMESTAMP,
@@ -25,7 +29,6 @@ from transcript_connector.records import (
     InputRecord,
     Payload,
 )
-from transcript_connector.session_keys import canonical_session_key
 
 from schemas import (
     DeliveryConfirmation,
@@ -62,21 +65,6 @@ ENTRY_ID_NAMESPACE = uuid.UUID("5f0c3a52-8f3e-4d5e-9b8a-6c1d2e7f4a90")
 _NAMESPACE_BYTES = ENTRY_ID_NAMESPACE.bytes
 # the fields of a transcript entry, in order, as pydantic writes them (a test checks the bytes)
 _JSON = msgspec.json.Encoder().encode
-
-
-def session_key_of(record: InputRecord) -> str | Invalid:
-    """The canonical key of the session `record` belongs to (the partition key).
-
-    A reset or an erase carries no agent id, so its key must already be a full
-    `agent:<id>:…` key.
-    """
-    if record.schema_ != CONFIRMATION:
-        head, sep, _ = record.session_key.partition(":")
-        if not sep or head.strip().lower() != "agent":
-            what = "a reset" if record.schema_ == RESET else "an erase"
-            return Invalid(f"session_key: {what} needs a full agent:<agent_id>:… key")
-        return _canonical_or_invalid("session_key", record.session_key, "")
-    return _canonical_or_invalid("session_key", record.session_key, record.agent_id)
 
 
 class Decision(NamedTuple):
@@ -200,22 +188,13 @@ def _confirmation(
 ) -> Decision:
     send_id, at, origin = record.send_id, record.confirmed_at, record.origin
     # Keys a rule compares must name an agent, or the record is a dead letter.
-    turn_key = job_key = None
-    if origin.turn is not None:
-        turn_key = _canonical_or_invalid(
-            "origin.turn.session_key", origin.turn.session_key, record.agent_id
-        )
-        if isinstance(turn_key, Invalid):
-            if origin.kind == "turn_reply":
-                return Decision(head, None, dead_letter(turn_key.reason, key, send_id=send_id))
-            turn_key = origin_key(origin.turn.session_key, record.agent_id)  # compared by no rule
+    problem = origin_key_problem(record)
+    if problem is not None:
+        return Decision(head, None, dead_letter(problem.reason, key, send_id=send_id))
+    turn_key = None if origin.turn is None else _key(origin.turn.session_key, record.agent_id)
     job = origin.job
-    if job is not None and job.session_key is not None:
-        job_key = _canonical_or_invalid("origin.job.session_key", job.session_key, record.agent_id)
-        if isinstance(job_key, Invalid):
-            if job.mode == "in_chat":
-                return Decision(head, None, dead_letter(job_key.reason, key, send_id=send_id))
-            job_key = origin_key(job.session_key, record.agent_id)  # compared by no rule
+    job_key = None if job is None or job.session_key is None else \
+        _key(job.session_key, record.agent_id)
 
     # Rule 3: dedupe, on the session clock. A confirmed_at too far ahead of the worker's
     # clock does not move it there (written as shown, flagged by Rule 7): the record counts
@@ -394,11 +373,11 @@ def _short(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _canonical_or_invalid(field: str, raw: str, agent_id: str) -> str | Invalid:
-    try:
-        return canonical_session_key(raw, agent_id)
-    except ValueError as exc:
-        return Invalid(f"{field}: {exc}")
+def _key(raw: str, agent_id: str) -> str:
+    """An origin's key as rules and the fingerprint compare it: canonical, or folded as a
+    canonical key is when it names no agent (then no rule compares it: origin_key_problem)."""
+    key = canonical_or_invalid("", raw, agent_id)
+    return origin_key(raw, agent_id) if isinstance(key, Invalid) else key
 
 
 __all__ = [

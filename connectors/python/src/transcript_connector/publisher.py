@@ -1,0 +1,404 @@
+"""ConfirmationPublisher: delivery confirmations and resets onto the worker's input topic, from
+asyncio (as connectors/typescript's publisher.ts).
+
+Each record is keyed by its canonical session key and sent to the partition the worker owns the
+key from (`partition_for`, the Java client's murmur2), so the worker never re-keys it and a
+session's records stay in order. The producer (kafka-python) is idempotent (a retried send is
+written once), acks=all, at most 5 requests in flight (the most that keeps order under
+idempotence), and never creates a topic. `publish` returns when the broker acknowledged.
+
+kafka-python is blocking and thread-safe: every call into it runs on one thread of the
+publisher's own (so calls keep their order and the event loop never blocks), and an
+acknowledgement resolves the awaiting coroutine from kafka-python's I/O thread.
+
+With `transactional_id`, records go out in Kafka transactions: `async with
+publisher.transaction() as tx` commits what `tx` published, or aborts it when the block raises
+(an aborted confirmation was never confirmed: the worker reads read_committed and gives it no
+outcome). `publish` outside a transaction then runs in a transaction of its own. A second
+publisher with the same id fences the first: its next call raises PublishError, for good.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal, Self, TypeVar
+
+from kafka import KafkaProducer, codec
+from kafka.admin import KafkaAdminClient
+from kafka.errors import KafkaError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from transcript_connector.builders import BuiltRecord
+from transcript_connector.errors import ConnectorError, PublishError
+from transcript_connector.partitioning import partition_for
+
+CONFIRMATIONS_TOPIC = "delivery.confirmations"
+DEFAULT_PARTITIONS = 8  # the worker's TRANSCRIPT_PARTITIONS default (workers/settings.py)
+# the topic takes 2 MiB records (topics.yaml): a record the worker accepts (1 MiB) plus its key
+# and the batch's overhead always fits one request
+MAX_REQUEST_BYTES = 2 << 20
+
+Compression = Literal["gzip", "snappy", "lz4", "zstd"]
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+# environment variable -> option: the worker's names (workers/settings.py ENV, WORKER_ENV)
+ENV = {
+    "KAFKA_BOOTSTRAP": "bootstrap",
+    "TRANSCRIPT_TOPIC_PREFIX": "topic_prefix",
+    "TRANSCRIPT_PARTITIONS": "partitions",
+    "KAFKA_SECURITY_PROTOCOL": "security_protocol",
+    "KAFKA_SASL_MECHANISM": "sasl_mechanism",
+    "KAFKA_SASL_USERNAME": "sasl_username",
+    "KAFKA_SASL_PASSWORD": "sasl_password",
+    "KAFKA_SSL_CAFILE": "ssl_cafile",
+    "KAFKA_SSL_CERTFILE": "ssl_certfile",
+    "KAFKA_SSL_KEYFILE": "ssl_keyfile",
+}
+
+T = TypeVar("T")
+
+
+class PublisherOptions(BaseModel):
+    """How to reach the worker's input topic. `partitions`: the count the worker runs with;
+    `connect` refuses a topic with another (records would land where the worker does not look);
+    None takes the topic's count as it is. `transactional_id`: one per publisher process."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bootstrap: str = "127.0.0.1:9092"
+    topic_prefix: str = Field(default="", pattern=r"^[A-Za-z0-9._-]*$")
+    topic: str | None = None  # the input topic's full name, when not <prefix>delivery.confirmations
+    partitions: int | None = Field(default=DEFAULT_PARTITIONS, ge=1, le=10_000)
+    client_id: str = "transcript-owner-connector"
+    security_protocol: SecurityProtocol = "PLAINTEXT"
+    sasl_mechanism: SaslMechanism = "PLAIN"
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None  # masked when the options are printed
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    transactional_id: str | None = Field(default=None, min_length=1)
+    transaction_timeout_ms: int = Field(default=60_000, ge=1000)
+    # publish raises PublishError after this long without an acknowledgement
+    delivery_timeout_ms: int = Field(default=120_000, ge=1000)
+    request_timeout_ms: int = Field(default=30_000, ge=1000)
+    compression: Compression | None = None
+
+    @field_validator("bootstrap")
+    @classmethod
+    def _hosts(cls, value: str) -> str:
+        for entry in value.split(","):
+            host, sep, port = entry.strip().rpartition(":")
+            if not (host and sep and port.isascii() and port.isdigit()
+                    and 0 < int(port) <= 65535):
+                raise ValueError("expected host:port[,host:port…] with ports 1..65535")
+        return value
+
+    @property
+    def topic_name(self) -> str:
+        return self.topic or f"{self.topic_prefix}{CONFIRMATIONS_TOPIC}"
+
+    def kafka_kwargs(self) -> dict[str, Any]:
+        """kafka-python's connection settings (admin and producer alike), as the worker's
+        KafkaSettings.kafka_python_kwargs gives them."""
+        kwargs: dict[str, Any] = {
+            "bootstrap_servers": [b.strip() for b in self.bootstrap.split(",")],
+            "security_protocol": self.security_protocol,
+            "client_id": self.client_id,
+            "request_timeout_ms": self.request_timeout_ms,
+        }
+        if self.security_protocol.startswith("SASL"):
+            if not (self.sasl_username and self.sasl_password):
+                raise ConnectorError("KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD are required "
+                                     f"with KAFKA_SECURITY_PROTOCOL={self.security_protocol}")
+            kwargs.update(sasl_mechanism=self.sasl_mechanism,
+                          sasl_plain_username=self.sasl_username,
+                          sasl_plain_password=self.sasl_password.get_secret_value())
+        tls = [v for v, f in ENV.items() if f.startswith("ssl_") and getattr(self, f)]
+        if self.security_protocol.endswith("SSL"):
+            kwargs["ssl_context"] = self._ssl_context()
+        elif tls:
+            raise ConnectorError(f"{', '.join(tls)} set, but KAFKA_SECURITY_PROTOCOL="
+                                 f"{self.security_protocol} uses no TLS (SSL or SASL_SSL would)")
+        return kwargs
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        """TLS 1.2+, the broker's certificate checked against KAFKA_SSL_CAFILE (else the system's
+        CAs) and its host name; a client certificate for mutual TLS (the key may be in the
+        certificate's file, as the worker allows)."""
+        if self.ssl_keyfile and not self.ssl_certfile:
+            raise ConnectorError("KAFKA_SSL_KEYFILE is set without KAFKA_SSL_CERTFILE")
+        try:
+            context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.ssl_cafile)
+        except (ssl.SSLError, OSError) as exc:
+            raise ConnectorError(f"KAFKA_SSL_CAFILE: {self.ssl_cafile} holds no usable CA "
+                                 f"certificate ({type(exc).__name__})") from None
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        if self.ssl_certfile:
+            try:
+                context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile,
+                                        password=_no_password)
+            except (ssl.SSLError, OSError, ConnectorError) as exc:
+                raise ConnectorError(
+                    f"KAFKA_SSL_CERTFILE/KAFKA_SSL_KEYFILE: {self.ssl_certfile} and "
+                    f"{self.ssl_keyfile or self.ssl_certfile} are not a usable certificate and "
+                    f"unencrypted key ({type(exc).__name__})") from None
+        return context
+
+
+def _no_password() -> bytes:
+    """load_cert_chain's password callback: never a prompt on the terminal."""
+    raise ConnectorError("the private key is encrypted")
+
+
+def publisher_options_from_env(environ: Mapping[str, str], **overrides: Any) -> PublisherOptions:
+    """Options from the worker's variables (docs/configuration.md): KAFKA_BOOTSTRAP,
+    TRANSCRIPT_TOPIC_PREFIX, TRANSCRIPT_PARTITIONS, KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_*,
+    KAFKA_SSL_*; empty counts as unset. ConnectorError names the variable (never its value)."""
+    values: dict[str, Any] = {f: environ[v].strip() for v, f in ENV.items() if environ.get(v, "")}
+    if "sasl_mechanism" in values:
+        values["sasl_mechanism"] = values["sasl_mechanism"].upper()
+    if "security_protocol" in values:
+        values["security_protocol"] = values["security_protocol"].upper()
+    try:
+        return PublisherOptions(**{**values, **overrides})
+    except ValidationError as exc:
+        var = {f: v for v, f in ENV.items()}
+        problems = [f"{var.get(str(e['loc'][0]), e['loc'][0])}: {e['msg']}"
+                    for e in exc.errors(include_input=False, include_url=False)]
+        raise ConnectorError("invalid environment: " + "; ".join(problems)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """Where a record was written: `key` is its canonical session key."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: str
+
+
+class Transaction:
+    """Publishing inside `ConfirmationPublisher.transaction()`."""
+
+    def __init__(self, publisher: ConfirmationPublisher) -> None:
+        self._publisher = publisher
+
+    async def publish(self, record: BuiltRecord) -> Delivery:
+        return (await self._publisher._send([record]))[0]
+
+    async def publish_all(self, records: Sequence[BuiltRecord]) -> list[Delivery]:
+        return await self._publisher._send(records)
+
+
+class ConfirmationPublisher:
+    """`async with ConfirmationPublisher(options) as p: await p.publish(record)`: connects on
+    entry (refusing a missing topic or another partition count), closes on exit."""
+
+    def __init__(self, options: PublisherOptions) -> None:
+        name = options.compression
+        if name is not None and not getattr(codec, f"has_{name}")():  # gzip: always there
+            raise ConnectorError(f"compression {name}: its library is not installed "
+                                 f"(pip install 'transcript-connector[{name}]')")
+        self.options = options
+        self.topic = options.topic_name
+        # one thread: kafka-python's calls run in the order they were made, off the event loop
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transcript-pub")
+        self._producer: KafkaProducer | None = None
+        self._partitions: int | None = None
+        self._one_transaction = asyncio.Lock()
+        self._in_transaction: asyncio.Task[Any] | None = None  # the task whose transaction is open
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], **overrides: Any) -> ConfirmationPublisher:
+        """A publisher configured from the worker's variables (publisher_options_from_env)."""
+        return cls(publisher_options_from_env(environ, **overrides))
+
+    @property
+    def transactional(self) -> bool:
+        return self.options.transactional_id is not None
+
+    @property
+    def partitions(self) -> int:
+        """The input topic's partition count (known once connected)."""
+        if self._partitions is None:
+            raise PublishError("not connected: call connect() first")
+        return self._partitions
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self.connect()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def connect(self) -> None:
+        """Checks that the topic exists (it is never created here: a mistyped prefix would make
+        a topic the worker does not read) and has the partition count the worker expects, then
+        starts the producer (and, with a transactional id, fences its predecessors)."""
+        if self._producer is not None:
+            return
+        kwargs = self.options.kafka_kwargs()
+        self._partitions = await self._call("cannot connect", self._check_topic, kwargs)
+        self._producer = await self._call("cannot connect", self._start_producer, kwargs)
+
+    async def publish(self, record: BuiltRecord) -> Delivery:
+        """Publishes one record; returns when the broker acknowledged it (in a transaction of
+        its own, with a transactional id: when committed)."""
+        return (await self.publish_all([record]))[0]
+
+    async def publish_all(self, records: Sequence[BuiltRecord]) -> list[Delivery]:
+        """Publishes records in order (per session the worker decides them in this order);
+        returns when all are acknowledged."""
+        if self.transactional:
+            if self._in_transaction is asyncio.current_task():
+                # it would wait for the open transaction, which waits for it
+                raise PublishError("inside transaction(), publish through its Transaction")
+            async with self.transaction() as tx:
+                return await tx.publish_all(records)
+        return await self._send(records)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Transaction]:
+        """A Kafka transaction: committed when the block ends, aborted when it raises (the
+        exception propagates). Transactions of one publisher run one after another."""
+        if not self.transactional:
+            raise PublishError("transactions need the transactional_id option")
+        async with self._one_transaction:
+            producer = self._connected()
+            await self._call("cannot begin a transaction", producer.begin_transaction)
+            self._in_transaction = asyncio.current_task()
+            try:
+                yield Transaction(self)
+                await self._call("transaction not committed", producer.commit_transaction)
+            except BaseException:
+                # a failed commit leaves the transaction to abort, as a failed block does
+                with suppress(PublishError):  # else the broker aborts it at its timeout
+                    await self._call("transaction not aborted", producer.abort_transaction)
+                raise
+            finally:
+                self._in_transaction = None
+
+    async def close(self) -> None:
+        """Flushes and closes the producer and the publisher's thread. Safe to call twice."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            await asyncio.get_running_loop().run_in_executor(self._thread, producer.close)
+        self._thread.shutdown(wait=False)
+
+    # --- the blocking side: run on the publisher's thread -------------------------------
+
+    def _check_topic(self, kwargs: dict[str, Any]) -> int:
+        admin = KafkaAdminClient(**kwargs)
+        try:
+            if self.topic not in admin.list_topics():
+                raise PublishError(f"topic {self.topic} does not exist "
+                                   "(transcript-owner topics apply creates it)")
+            (described,) = admin.describe_topics([self.topic])
+            count = len(described["partitions"])
+        finally:
+            admin.close()
+        expected = self.options.partitions
+        if expected is not None and count != expected:
+            raise PublishError(f"topic {self.topic} has {count} partitions, the worker expects "
+                               f"{expected} (TRANSCRIPT_PARTITIONS)")
+        return count
+
+    def _start_producer(self, kwargs: dict[str, Any]) -> KafkaProducer:
+        o = self.options
+        producer = KafkaProducer(
+            **kwargs,
+            enable_idempotence=True,
+            acks="all",
+            max_in_flight_requests_per_connection=5,
+            allow_auto_create_topics=False,
+            transactional_id=o.transactional_id,
+            transaction_timeout_ms=o.transaction_timeout_ms,
+            delivery_timeout_ms=o.delivery_timeout_ms,
+            compression_type=o.compression,
+            max_request_size=MAX_REQUEST_BYTES,
+        )
+        if o.transactional_id is not None:
+            try:
+                producer.init_transactions()
+            except BaseException:
+                producer.close(timeout=0)
+                raise
+        return producer
+
+    # --- the asyncio side ------------------------------------------------------------------
+
+    def _connected(self) -> KafkaProducer:
+        if self._producer is None:
+            raise PublishError("not connected: call connect() first")
+        return self._producer
+
+    async def _call(self, what: str, fn: Callable[..., T], *params: Any) -> T:
+        """`fn(*params)` on the publisher's thread; kafka-python's errors become PublishError
+        with `what` in front (the error's class and message: never a record's content)."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *params)
+        except KafkaError as exc:
+            raise PublishError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+    async def _send(self, records: Sequence[BuiltRecord]) -> list[Delivery]:
+        """Sends each record to its home partition, in order; awaits every acknowledgement."""
+        producer, n = self._connected(), self.partitions
+        for record in records:
+            if not isinstance(record, BuiltRecord):
+                raise TypeError("publish takes records made by build_confirmation, build_reset "
+                                f"or BuiltRecord(bytes), not {type(record).__name__}")
+        loop = asyncio.get_running_loop()
+
+        def send_all() -> list[asyncio.Future[Delivery]]:
+            return [self._send_one(loop, producer, r, partition_for(r.key, n)) for r in records]
+
+        acks = await self._call("not published", send_all)
+        try:
+            return list(await asyncio.gather(*acks))
+        except KafkaError as exc:
+            raise PublishError(f"not published: {type(exc).__name__}: {exc}") from exc
+
+    def _send_one(self, loop: asyncio.AbstractEventLoop, producer: KafkaProducer,
+                  record: BuiltRecord, partition: int) -> asyncio.Future[Delivery]:
+        """producer.send, its acknowledgement handed to the event loop as a Future."""
+        done: asyncio.Future[Delivery] = loop.create_future()
+
+        def settle(outcome: Delivery | BaseException) -> None:
+            if done.cancelled():
+                return
+            if isinstance(outcome, BaseException):
+                done.set_exception(outcome)
+            else:
+                done.set_result(outcome)
+
+        sent = producer.send(self.topic, value=record.value, key=record.key.encode(),
+                             partition=partition)
+        sent.add_callback(lambda meta: loop.call_soon_threadsafe(
+            settle, Delivery(meta.topic, meta.partition, meta.offset, record.key)))
+        sent.add_errback(lambda exc: loop.call_soon_threadsafe(settle, exc))
+        return done
+
+
+__all__ = [
+    "CONFIRMATIONS_TOPIC",
+    "DEFAULT_PARTITIONS",
+    "ConfirmationPublisher",
+    "Delivery",
+    "PublisherOptions",
+    "Transaction",
+    "publisher_options_from_env",
+]

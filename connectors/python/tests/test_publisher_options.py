@@ -1,0 +1,110 @@
+"""The publisher's options from the worker's variables, and what it refuses before any broker
+is asked (the broker's side: tests/integration/test_python_connector.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from pathlib import Path
+
+import pytest
+from transcript_connector import (
+    ConfirmationPublisher,
+    ConnectorError,
+    PublishError,
+    build_reset,
+    publisher_options_from_env,
+)
+
+
+def test_defaults_are_the_workers() -> None:
+    o = publisher_options_from_env({})
+    assert (o.bootstrap, o.topic_name, o.partitions) == (
+        "127.0.0.1:9092", "delivery.confirmations", 8)
+    assert o.kafka_kwargs()["security_protocol"] == "PLAINTEXT"
+
+
+def test_the_workers_variables_are_read() -> None:
+    o = publisher_options_from_env({
+        "KAFKA_BOOTSTRAP": "127.0.0.1:9092,127.0.0.1:9094", "TRANSCRIPT_TOPIC_PREFIX": "t1.",
+        "TRANSCRIPT_PARTITIONS": "12", "KAFKA_SECURITY_PROTOCOL": "sasl_plaintext",
+        "KAFKA_SASL_MECHANISM": "scram-sha-512", "KAFKA_SASL_USERNAME": "gateway",
+        "KAFKA_SASL_PASSWORD": "pw-not-shown"}, transactional_id="gw-1")
+    kwargs = o.kafka_kwargs()
+    assert (o.topic_name, o.partitions, o.transactional_id) == (
+        "t1.delivery.confirmations", 12, "gw-1")
+    assert kwargs["bootstrap_servers"] == ["127.0.0.1:9092", "127.0.0.1:9094"]
+    assert (kwargs["sasl_mechanism"], kwargs["sasl_plain_username"],
+            kwargs["sasl_plain_password"]) == ("SCRAM-SHA-512", "gateway", "pw-not-shown")
+    assert "pw-not-shown" not in repr(o)
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"TRANSCRIPT_PARTITIONS": "0"}, "TRANSCRIPT_PARTITIONS: "),
+    ({"TRANSCRIPT_PARTITIONS": "eight"}, "TRANSCRIPT_PARTITIONS: "),
+    ({"KAFKA_BOOTSTRAP": "127.0.0.1"}, "KAFKA_BOOTSTRAP: "),
+    ({"KAFKA_BOOTSTRAP": "127.0.0.1:70000"}, "KAFKA_BOOTSTRAP: "),
+    ({"KAFKA_SECURITY_PROTOCOL": "TLS"}, "KAFKA_SECURITY_PROTOCOL: "),
+    ({"KAFKA_SASL_MECHANISM": "GSSAPI"}, "KAFKA_SASL_MECHANISM: "),
+    ({"TRANSCRIPT_TOPIC_PREFIX": "a b"}, "TRANSCRIPT_TOPIC_PREFIX: "),
+])
+def test_a_bad_variable_is_named(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConnectorError, match=f"^invalid environment: {message}"):
+        publisher_options_from_env(env)
+
+
+def test_sasl_needs_both_credentials_and_never_shows_them() -> None:
+    o = publisher_options_from_env({"KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+                                    "KAFKA_SASL_PASSWORD": "hunter2"})
+    with pytest.raises(ConnectorError) as caught:
+        o.kafka_kwargs()
+    assert "KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD are required" in str(caught.value)
+    assert "hunter2" not in str(caught.value)
+
+
+def test_tls_files_need_a_tls_protocol(tmp_path: Path) -> None:
+    o = publisher_options_from_env({"KAFKA_SSL_CAFILE": str(tmp_path / "ca.pem")})
+    with pytest.raises(ConnectorError, match="KAFKA_SSL_CAFILE set, but KAFKA_SECURITY_PROTOCOL"):
+        o.kafka_kwargs()
+
+
+def test_tls_builds_the_context_from_the_workers_files(tmp_path: Path) -> None:
+    system = publisher_options_from_env({"KAFKA_SECURITY_PROTOCOL": "SSL"}).kafka_kwargs()
+    context = system["ssl_context"]
+    assert isinstance(context, ssl.SSLContext) and context.check_hostname
+    assert context.minimum_version == ssl.TLSVersion.TLSv1_2
+    (tmp_path / "ca.pem").write_text("not a certificate")
+    for env, message in [
+        ({"KAFKA_SSL_CAFILE": str(tmp_path / "ca.pem")}, "KAFKA_SSL_CAFILE: "),
+        ({"KAFKA_SSL_KEYFILE": str(tmp_path / "k.pem")}, "KAFKA_SSL_KEYFILE is set without"),
+        ({"KAFKA_SSL_CERTFILE": str(tmp_path / "none.pem")},
+         "KAFKA_SSL_CERTFILE/KAFKA_SSL_KEYFILE"),
+    ]:
+        o = publisher_options_from_env({"KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+                                        "KAFKA_SASL_USERNAME": "u", "KAFKA_SASL_PASSWORD": "p",
+                                        **env})
+        with pytest.raises(ConnectorError, match=message):
+            o.kafka_kwargs()
+
+
+def test_nothing_is_sent_before_connect_and_transactions_need_an_id() -> None:
+    record = build_reset(session_key="agent:ops:main", reset_at="2026-05-01T00:00:00Z")
+
+    async def run() -> None:
+        p = ConfirmationPublisher(publisher_options_from_env({}))
+        with pytest.raises(PublishError, match="not connected"):
+            await p.publish(record)
+        with pytest.raises(PublishError, match="transactional_id"):
+            async with p.transaction():
+                pass
+        await p.close()
+
+    asyncio.run(run())
+
+
+def test_a_missing_codec_is_refused_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kafka import codec
+
+    monkeypatch.setattr(codec, "has_zstd", lambda: False)
+    with pytest.raises(ConnectorError, match=r"transcript-connector\[zstd\]"):
+        ConfirmationPublisher(publisher_options_from_env({}, compression="zstd"))
