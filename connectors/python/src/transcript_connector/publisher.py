@@ -364,7 +364,17 @@ class ConfirmationPublisher:
         loop = asyncio.get_running_loop()
 
         def send_all() -> list[asyncio.Future[Delivery]]:
-            return [self._send_one(loop, producer, r, partition_for(r.key, n)) for r in records]
+            acks: list[asyncio.Future[Delivery]] = []
+            try:
+                for r in records:
+                    acks.append(self._send_one(loop, producer, r, partition_for(r.key, n)))
+            except BaseException:
+                # the records before it may still land (or fail): what becomes of them is
+                # taken, so that no acknowledgement is left unretrieved; the error is the call's
+                for ack in acks:
+                    loop.call_soon_threadsafe(ack.add_done_callback, _retrieve)
+                raise
+            return acks
 
         acks = await self._call("not published", send_all)
         try:
@@ -391,6 +401,11 @@ class ConfirmationPublisher:
             settle, Delivery(meta.topic, meta.partition, meta.offset, record.key)))
         sent.add_errback(lambda exc: loop.call_soon_threadsafe(settle, exc))
         return done
+
+
+def _retrieve(ack: asyncio.Future[Delivery]) -> None:
+    if not ack.cancelled():
+        ack.exception()
 
 
 __all__ = [
