@@ -26,6 +26,7 @@ from transcript_connector.records import (
     Payload,
 )
 from transcript_connector.session_keys import canonical_session_key
+from transcript_connector.unicode_text import py_lower, py_strip
 
 from schemas import (
     DeliveryConfirmation,
@@ -62,6 +63,9 @@ ENTRY_ID_NAMESPACE = uuid.UUID("5f0c3a52-8f3e-4d5e-9b8a-6c1d2e7f4a90")
 _NAMESPACE_BYTES = ENTRY_ID_NAMESPACE.bytes
 # the fields of a transcript entry, in order, as pydantic writes them (a test checks the bytes)
 _JSON = msgspec.json.Encoder().encode
+# A reset or an erase has no sender, and its full `agent:<id>:…` key names its own agent, so
+# canonical_session_key never uses the agent id it is given for one: any valid id will do.
+_NO_SENDER = "a"
 
 
 def session_key_of(record: InputRecord) -> str | Invalid:
@@ -72,10 +76,10 @@ def session_key_of(record: InputRecord) -> str | Invalid:
     """
     if record.schema_ != CONFIRMATION:
         head, sep, _ = record.session_key.partition(":")
-        if not sep or head.strip().lower() != "agent":
+        if not sep or py_lower(py_strip(head)) != "agent":
             what = "a reset" if record.schema_ == RESET else "an erase"
             return Invalid(f"session_key: {what} needs a full agent:<agent_id>:… key")
-        return _canonical_or_invalid("session_key", record.session_key, "")
+        return _canonical_or_invalid("session_key", record.session_key, _NO_SENDER)
     return _canonical_or_invalid("session_key", record.session_key, record.agent_id)
 
 
