@@ -17,9 +17,10 @@ What the file holds, every expectation computed by the Python implementation (th
   multi-byte UTF-8).
 - `timestamps`: whether the worker accepts a timestamp (transcript_connector.parse), and whether the
   TypeScript builder must (it may be stricter, never looser).
-- `unicode`: SHA-256 digests of Python's str.lower(), the final-sigma context, str.strip()
-  and repr() over every code point, so the TypeScript port is checked on all 1,114,112 of
-  them, not only on the vectors' characters.
+- `unicode_digests`: SHA-256 digests of the pinned lower() and strip()
+  (transcript_connector.unicode_text: Unicode `unicode`, whatever Python runs this), the
+  final-sigma context, and Python's repr() over every code point, so the TypeScript port is
+  checked on all 1,114,112 of them, not only on the vectors' characters.
 
 The output is stable (sorted keys, ASCII, one vector per line), so a diff shows what changed.
 """
@@ -31,7 +32,6 @@ import hashlib
 import json
 import random
 import sys
-import unicodedata
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -41,10 +41,11 @@ for _path in (str(HERE.parents[1]), str(HERE)):  # the repository root; the edge
     if _path not in sys.path:
         sys.path.append(_path)
 
-from session_key_edges import CANONICAL, ROUTES, TIMESTAMPS, Err, ScopeErr  # noqa: E402
+from session_key_edges import CANONICAL, ROUTES, TIMESTAMPS, AgentErr, Err, ScopeErr  # noqa: E402
 from transcript_connector.parse import Invalid, parse_input  # noqa: E402
 from transcript_connector.partitioning import partition_for  # noqa: E402
 from transcript_connector.session_keys import canonical_session_key, session_key_for_route  # noqa: E402
+from transcript_connector.unicode_text import UNICODE_VERSION, py_lower, py_strip  # noqa: E402
 
 OUT = HERE / "session_keys.json"
 PARTITION_COUNTS = (1, 3, 8, 12, 64)
@@ -91,7 +92,7 @@ def route_vector(id_: str, tags: list[str], agent: str, route: dict, scope: str)
 
 
 def _hand_expectation(expected: object) -> dict[str, Any]:
-    if isinstance(expected, Err | ScopeErr):
+    if isinstance(expected, Err | ScopeErr | AgentErr):
         return {"error": expected.message}
     return {"expect": expected}
 
@@ -161,7 +162,7 @@ def _route_grid(rng: random.Random, n: int) -> Iterator[tuple[list[str], str, di
         thread = rng.choice(_THREADS)
         if thread:
             route["thread_id"] = thread[1]
-        yield ["generated"], rng.choice(["ops", "a-1", "OPS"]), route, rng.choice(scopes)
+        yield ["generated"], rng.choice(["ops", "a-1", "kate"]), route, rng.choice(scopes)
 
 
 _RAW_PARTITION_KEYS = ["", "a", "ab", "abc", "abcd", "abcde", "abcdef", "abcdefg", "é", "日本語",
@@ -177,13 +178,15 @@ def _digest(strings: Iterable[str]) -> str:
 
 
 def unicode_digests() -> dict[str, str]:
-    """Over every code point c (surrogates included), joined by newlines, UTF-16LE."""
+    """Over every code point c (surrogates included), joined by newlines, UTF-16LE. Case and
+    whitespace are the pinned ones the keys use; repr() is the running Python's (error messages).
+    """
     chars = [chr(cp) for cp in range(0x110000)]
     return {
-        "lower": _digest(c.lower() for c in chars),
-        "sigma_before": _digest(("A" + c + "\u03a3").lower() for c in chars),
-        "sigma_after": _digest(("A\u03a3" + c).lower() for c in chars),
-        "strip": _digest((c + "x" + c).strip() for c in chars),
+        "lower": _digest(py_lower(c) for c in chars),
+        "sigma_before": _digest(py_lower("A" + c + "\u03a3") for c in chars),
+        "sigma_after": _digest(py_lower("A\u03a3" + c) for c in chars),
+        "strip": _digest(py_strip(c + "x" + c) for c in chars),
         "repr": _digest(repr(c) for c in chars),
     }
 
@@ -231,7 +234,7 @@ def build() -> tuple[dict[str, Any], list[str]]:
                  "connectors/typescript/test/unit/parity.test.ts. Regenerate with `make vectors`.",
         "generated_by": "python schemas/vectors/generate.py",
         "python": sys.version.split()[0],
-        "unicode": unicodedata.unidata_version,
+        "unicode": UNICODE_VERSION,
         "partition_counts": list(PARTITION_COUNTS),
         "canonical": canonical,
         "route": routes,

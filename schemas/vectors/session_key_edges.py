@@ -4,7 +4,8 @@ session keys" and Python's str semantics), for schemas/vectors/generate.py.
 The generator refuses to write the vectors when the Python canonicaliser disagrees with one of
 these: an expectation here is a claim about the contract, not a recording of what the code does.
 
-Each case: (id, tags, raw key, sending agent, expected canonical key or ERR(repr of the segment)).
+Each case: (id, tags, raw key, sending agent, expected canonical key, or ERR(repr of the agent
+segment) or AgentErr(repr of the sending agent's id) for the ValueError).
 """
 
 from __future__ import annotations
@@ -35,7 +36,36 @@ class ScopeErr:
                 "per-channel-peer, per-account-channel-peer")
 
 
+@dataclass(frozen=True)
+class AgentErr:
+    """The agent id given is none: ValueError("invalid agent_id <repr>: an agent id matches …")."""
+
+    agent_repr: str
+
+    @property
+    def message(self) -> str:
+        return (f"invalid agent_id {self.agent_repr}: an agent id matches "
+                "^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
 ERR = Err
+# Not agent ids (refused, never lowercased or trimmed: the worker dead-letters such a record):
+# (name, agent id, its repr)
+BAD_AGENT_IDS = [
+    ("upper", "OPS", "'OPS'"),
+    ("mixed-case", "Ops", "'Ops'"),
+    ("empty", "", "''"),
+    ("too-long", "a" * 65, repr("a" * 65)),
+    ("leading-dash", "-ops", "'-ops'"),
+    ("leading-underscore", "_ops", "'_ops'"),
+    ("leading-space", " ops", "' ops'"),
+    ("trailing-space", "ops ", "'ops '"),
+    ("trailing-newline", "ops\n", "'ops\\n'"),
+    ("inner-space", "o ps", "'o ps'"),
+    ("colon", "a:b", "'a:b'"),
+    ("non-ascii", "öps", "'öps'"),
+    ("kelvin-sign", "\u212aops", "'\u212aops'"),
+]
 DM = "agent:ops:telegram:direct:u1"
 
 # Every character Python's str.strip() removes (str.isspace()), by hand: JavaScript's trim()
@@ -193,6 +223,28 @@ CANONICAL: list[tuple] = [
      "agent:ops:matrix:acct:direct:!Room:S.org"),
     ("matrix-room-sigma", ["matrix", "case-folding"], "matrix:group:!ΑΣ:s.org", "ops",
      "agent:ops:matrix:group:!ΑΣ:s.org"),
+    # a per-peer DM key names no channel: a room id is known by its `!` (no other channel's
+    # peer ids start with one), and keeps its case like a channelled one
+    ("matrix-dm-room-per-peer", ["matrix", "dm-scope"], "agent:ops:direct:!DmRoom:m.org", "ops",
+     "agent:ops:direct:!DmRoom:m.org"),
+    ("matrix-dm-room-per-peer-bare-legacy", ["matrix", "legacy-dm"], "DM:!DmRoom:M.org:8448",
+     "ops", "agent:ops:direct:!DmRoom:M.org:8448"),
+    ("matrix-dm-room-per-peer-padded", ["matrix", "whitespace"], " Direct : !R0om : S.org ",
+     "ops", "agent:ops:direct:!R0om:S.org"),
+    ("matrix-dm-room-per-peer-thread", ["matrix", "thread"], "direct:!R:Ex.org:Thread:$EvT",
+     "ops", "agent:ops:direct:!R:Ex.org:thread:$evt"),
+    ("matrix-dm-room-per-peer-non-ascii", ["matrix", "case-folding"], "direct:!ÄΣ:s.org", "ops",
+     "agent:ops:direct:!ÄΣ:s.org"),
+    ("matrix-user-per-peer-lowered", ["matrix"], "direct:@Alice:Example.org", "ops",
+     "agent:ops:direct:@alice:example.org"),
+    ("matrix-dm-room-account-port", ["matrix", "dm-scope"], "matrix:Bot1:direct:!Room:S.org:8448",
+     "ops", "agent:ops:matrix:bot1:direct:!Room:S.org:8448"),
+    ("bang-peer-of-other-channel-dm-lowered", ["matrix"], "slack:direct:!AbC", "ops",
+     "agent:ops:slack:direct:!abc"),
+    ("bang-peer-of-group-without-channel", ["matrix"], "group:!AbC:x", "ops",
+     "agent:ops:group:!abc:x"),
+    ("bang-peer-of-empty-channel-lowered", ["matrix"], "agent:ops::direct:!AbC:x", "ops",
+     "agent:ops::direct:!abc:x"),
     # other sources: no peer structure, lowercased
     ("cron", ["source"], "cron:Job-1", "ops", "agent:ops:cron:job-1"),
     ("cron-run", ["source"], "agent:ops:cron:Job-1:run:R-9", "ops", "agent:ops:cron:job-1:run:r-9"),
@@ -275,14 +327,19 @@ CANONICAL: list[tuple] = [
      "agent:" + "a" * 64 + ":main"),
     ("agent-digit-valid", ["main"], "agent:0:main", "ops", "agent:0:main"),
     ("agent-upper-lowered", ["main"], "agent:OPS-1_x:cron:A", "ops", "agent:ops-1_x:cron:a"),
-    # the sending agent is used as given for a bare key (Python does not check it): garbage in,
-    # garbage out; inside the worker agent_id is always a valid id (the record's schema)
-    ("bare-key-unchecked-agent-arg", ["python-quirk"], "main", "Not Valid", "agent:Not Valid:main"),
-    ("bare-key-upper-agent-arg", ["python-quirk"], "cron:X", "OPS", "agent:OPS:cron:x"),
+    # the sending agent's id is checked, whether the key is bare or names its agent itself
+    *[(f"agent-arg-{name}", ["invalid", "agent-id"], "main", agent, AgentErr(shown))
+      for name, agent, shown in BAD_AGENT_IDS],
+    ("agent-arg-checked-for-full-key", ["invalid", "agent-id"], "agent:ops:main", "OPS",
+     AgentErr("'OPS'")),
+    ("agent-arg-checked-before-key", ["invalid", "agent-id"], "agent:BAD!:main", "Ops",
+     AgentErr("'Ops'")),
+    ("agent-arg-64-chars", ["agent-id"], "cron:X", "a" * 64, f"agent:{'a' * 64}:cron:x"),
+    ("agent-arg-digit-dash-underscore", ["agent-id"], "main", "0a-_", "agent:0a-_:main"),
 ]
 
 
-# (id, tags, agent, route fields, DM scope, expected key or ScopeErr/Err)
+# (id, tags, agent, route fields, DM scope, expected key or ScopeErr/AgentErr)
 def _r(channel, kind, peer, account=None, thread=None) -> dict:
     route = {"channel": channel, "peer_kind": kind, "peer_id": peer}
     if account is not None:
@@ -291,6 +348,10 @@ def _r(channel, kind, peer, account=None, thread=None) -> dict:
         route["thread_id"] = thread
     return route
 
+
+# the key a Matrix DM room gets, before its room id, in each DM scope but main
+MATRIX_DM = {"per-peer": "direct:", "per-channel-peer": "matrix:direct:",
+             "per-account-channel-peer": "matrix:bot1:direct:"}
 
 ROUTES: list[tuple] = [
     ("tg-dm-main", ["dm-scope"], "ops", _r("telegram", "direct", "12345", "bot1"), "main",
@@ -347,8 +408,20 @@ ROUTES: list[tuple] = [
      "per-channel-peer", "agent:ops:matrix:direct:@alice:matrix.org"),
     ("route-matrix-dm-room", ["matrix"], "ops", _r("matrix", "direct", "!DmRoom:matrix.org"),
      "per-channel-peer", "agent:ops:matrix:direct:!DmRoom:matrix.org"),
-    ("matrix-dm-room-per-peer-folded", ["matrix"], "ops", _r("matrix", "direct", "!DmRoom:m.org"),
-     "per-peer", "agent:ops:direct:!dmroom:m.org"),
+    # a Matrix room id keeps its case in every DM scope, direct or group, with ports and threads
+    *[(f"matrix-{kind}-room-{scope}", ["matrix", "dm-scope"], "ops",
+       _r(" Matrix ", kind, " !DmRoom:Matrix.org:8448 ", "Bot1"), scope,
+       "agent:ops:main" if kind == "direct" and scope == "main"
+       else f"agent:ops:{MATRIX_DM[scope] if kind == 'direct' else 'matrix:' + kind + ':'}"
+            "!DmRoom:Matrix.org:8448")
+      for kind in ("direct", "group", "channel")
+      for scope in ("main", "per-peer", "per-channel-peer", "per-account-channel-peer")],
+    *[(f"matrix-direct-room-thread-{scope}", ["matrix", "thread"], "ops",
+       _r("matrix", "direct", "!R:S.org", "Bot1", thread="$Ev"), scope,
+       f"agent:ops:{MATRIX_DM[scope]}!R:S.org:thread:$ev")
+      for scope in ("per-peer", "per-channel-peer", "per-account-channel-peer")],
+    ("matrix-user-per-peer", ["matrix"], "ops", _r("matrix", "direct", "@Alice:M.org"), "per-peer",
+     "agent:ops:direct:@alice:m.org"),
     ("whatsapp-padded", ["whitespace"], "ops", _r(" WhatsApp ", "group", " 1203@g.us "), "main",
      "agent:ops:whatsapp:group:1203@g.us"),
     ("peer-unit-separator", ["whitespace", "control"], "ops", _r("slack", "direct", "\x1fU1\x1f"),
@@ -361,9 +434,12 @@ ROUTES: list[tuple] = [
      "agent:ops:slack:direct:u1"),
     ("agent-with-dash", ["dm-scope"], "ops-x", _r("slack", "direct", "U1"), "per-peer",
      "agent:ops-x:direct:u1"),
-    ("upper-agent-arg", ["python-quirk"], "OPS", _r("slack", "direct", "U1"), "per-peer",
-     "agent:ops:direct:u1"),
-    ("empty-agent-arg", ["invalid"], "", _r("slack", "direct", "U1"), "per-peer", ERR("''")),
+    *[(f"route-agent-arg-{name}", ["invalid", "agent-id"], agent, _r("slack", "direct", "U1"),
+       "per-peer", AgentErr(shown)) for name, agent, shown in BAD_AGENT_IDS],
+    ("route-agent-arg-group", ["invalid", "agent-id"], "OPS", _r("slack", "group", "G"), "main",
+     AgentErr("'OPS'")),
+    ("route-scope-checked-before-agent", ["invalid", "dm-scope"], "OPS", _r("slack", "direct", "U"),
+     "per-sender", ScopeErr("'per-sender'")),
     ("unknown-scope", ["invalid", "dm-scope"], "ops", _r("slack", "direct", "U1"), "per-sender",
      ScopeErr("'per-sender'")),
     ("scope-is-case-sensitive", ["invalid", "dm-scope"], "ops", _r("slack", "direct", "U1"), "MAIN",

@@ -18,7 +18,8 @@ SCHEMAS = sorted((ROOT / "schemas").glob("*.py"))
 CONNECTOR = ROOT / "connectors" / "python" / "src" / "transcript_connector"
 # the contract's pure parts; the connector's publisher is a shell beside them
 CONTRACT = [CONNECTOR / f"{name}.py"
-            for name in ("session_keys", "partitioning", "records", "parse", "structs")]
+            for name in ("session_keys", "unicode_text", "unicode_tables", "partitioning",
+                         "records", "parse", "structs", "record_keys", "builders")]
 
 FORBIDDEN_IN_CORE = {
     "faust",

@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from transcript_connector.parse import Invalid
 
 from schemas import TranscriptEntry
 from tests.unit.wire import (
@@ -27,6 +28,7 @@ from tests.unit.wire import (
     run_records,
     with_,
 )
+from workers.commands.forget import erase_record
 from workers.core import (
     CLOCK_SKEW_ALLOWANCE,
     EMPTY_HEAD,
@@ -317,6 +319,34 @@ def test_session_key_of() -> None:
     assert session_key_of(parsed(confirmation(session_key="Main"))) == "agent:ops:main"
     assert session_key_of(parsed(reset(session_key="Agent:Ops:Main"))) == "agent:ops:main"
     assert not isinstance(session_key_of(parsed(reset(session_key="main"))), str)
+
+
+def test_a_reset_or_an_erase_is_keyed_by_the_agent_its_key_names() -> None:
+    """They carry no agent id: canonical_session_key, which refuses an invalid one, is given a
+    valid stand-in that a full key never uses."""
+    assert session_key_of(parsed(reset(session_key=" Agent:Kate:Direct:U1"))) == (
+        "agent:kate:direct:u1"
+    )
+    erase = erase_record("agent:Kate:Matrix:Direct:!Rm:S.org", "gdpr", WRITTEN_AT)
+    assert not isinstance(erase, Invalid)
+    assert erase.session_key == "agent:kate:matrix:direct:!Rm:S.org"
+    assert isinstance(session_key_of(parsed(reset(session_key="agent:a!:main"))), Invalid)
+
+
+@pytest.mark.parametrize("agent", ["OPS", "", "-ops", " ops", "ops\n", "a" * 65])
+def test_a_record_whose_agent_id_is_none_is_a_dead_letter(agent: str) -> None:
+    (outcome,) = run_records([confirmation(agent_id=agent, session_key="main")])
+    assert outcome.kind == "dead_letter"
+    assert outcome.error is not None and outcome.error.startswith("agent_id: "), outcome.error
+
+
+def test_session_key_of_gives_a_reason_for_an_invalid_agent_id_never_an_exception() -> None:
+    """The parser refuses such a record first; one that reached session_key_of anyway is a
+    dead letter's reason (the owner's path), not a ValueError out of the worker."""
+    record = parsed(confirmation(session_key="main")).model_copy(update={"agent_id": "OPS"})
+    got = session_key_of(record)
+    assert isinstance(got, Invalid)
+    assert got.reason.startswith("session_key: invalid agent_id 'OPS': an agent id matches ^")
 
 
 # --- the entry ----------------------------------------------------------------------------

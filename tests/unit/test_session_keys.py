@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from transcript_connector import session_keys
+from transcript_connector.records import AGENT_ID_PATTERN
 
 from schemas import Route
 from workers.core import DM_SCOPES, canonical_session_key, session_key_for_route
@@ -228,3 +232,67 @@ def test_two_topics_of_one_group_are_two_sessions() -> None:
 def test_an_unknown_dm_scope_is_an_error() -> None:
     with pytest.raises(ValueError, match="unknown DM scope"):
         session_key_for_route("ops", route("slack", "direct", "U1"), "per-sender")  # type: ignore[arg-type]
+
+
+# --- Matrix room ids keep their case in every DM scope (issue 26) -------------------------
+
+MATRIX_ROOM = "!DmRoom:Matrix.org:8448"
+
+
+@pytest.mark.parametrize("scope", DM_SCOPES)
+@pytest.mark.parametrize("kind", ["direct", "group", "channel"])
+def test_a_matrix_room_id_keeps_its_case_in_every_dm_scope(kind: str, scope: str) -> None:
+    chat = route("matrix", kind, MATRIX_ROOM, "bot1", thread="$Ev")  # type: ignore[arg-type]
+    key = session_key_for_route("ops", chat, scope)  # type: ignore[arg-type]
+    if kind == "direct" and scope == "main":
+        assert key == "agent:ops:main:thread:$ev"  # the main session holds no peer id
+    else:
+        assert f":{MATRIX_ROOM}:thread:$ev" in key, key
+    assert canonical_session_key(key, "ops") == key  # the canonicaliser agrees with the builder
+
+
+def test_a_per_peer_key_is_a_matrix_room_by_its_bang_alone() -> None:
+    """No other channel's peer ids start with "!": an un-channelled `direct:!…` keeps its case,
+    a channelled one only on Matrix, and an `@user` id is folded."""
+    assert canonical_session_key("Direct:!DmRoom:M.org", "ops") == "agent:ops:direct:!DmRoom:M.org"
+    assert canonical_session_key("slack:direct:!AbC", "ops") == "agent:ops:slack:direct:!abc"
+    assert canonical_session_key("direct:@Alice:M.org", "ops") == "agent:ops:direct:@alice:m.org"
+
+
+@settings(max_examples=300)
+@given(st.text(alphabet="abXY!:8.Σ ", max_size=12).filter(str.strip), st.sampled_from(DM_SCOPES))
+def test_matrix_dm_keys_are_idempotent_and_agree_with_the_builder(peer: str, scope: str) -> None:
+    key = session_key_for_route("ops", route("matrix", "direct", peer), scope)  # type: ignore[arg-type]
+    assert canonical_session_key(key, "ops") == key
+    assert canonical_session_key(canonical_session_key(key.upper(), "ops"), "ops") == (
+        canonical_session_key(key.upper(), "ops")
+    )
+
+
+# --- the agent id given is checked, never repaired -----------------------------------------
+
+BAD_AGENT_IDS = ["OPS", "Ops", "", "a" * 65, "-ops", "_ops", " ops", "ops ", "ops\n", "a:b", "öps"]
+
+
+@pytest.mark.parametrize("agent", BAD_AGENT_IDS)
+def test_an_invalid_agent_id_is_refused_by_both_functions(agent: str) -> None:
+    message = f"invalid agent_id {agent!r}: an agent id matches"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        canonical_session_key("main", agent)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        canonical_session_key("agent:ops:main", agent)  # even when the key names its agent
+    with pytest.raises(ValueError, match=re.escape(message)):
+        session_key_for_route(agent, route("slack", "direct", "U1"), "per-peer")
+
+
+@pytest.mark.parametrize("agent", ["a" * 64, "0", "ops_x-1"])
+def test_every_agent_id_the_worker_accepts_is_accepted(agent: str) -> None:
+    assert re.fullmatch(AGENT_ID_PATTERN, agent)
+    assert canonical_session_key("main", agent) == f"agent:{agent}:main"
+    assert session_key_for_route(agent, route("slack", "direct", "U1"), "main") == (
+        f"agent:{agent}:main"
+    )
+
+
+def test_the_agent_id_rule_is_the_records_rule() -> None:
+    assert session_keys.AGENT_ID_PATTERN == AGENT_ID_PATTERN

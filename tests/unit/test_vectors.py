@@ -1,9 +1,11 @@
 """schemas/vectors/session_keys.json: the parity vectors both languages run.
 
 Python passes every vector; the file and the TypeScript port's Unicode tables are current
-(regenerated, they are byte-identical); and the vectors reach every line and every branch of
-transcript_connector/session_keys.py (coverage.py, branch mode), so a change to any rule shows up as
-a changed vector, which the TypeScript suite then checks.
+(regenerated, they are byte-identical; the tables are written from the pinned module
+transcript_connector/unicode_tables.py, not from the running Python); and the vectors reach
+every line and every branch of transcript_connector/session_keys.py (coverage.py, branch
+mode), so a change to any rule shows up as a changed vector, which the TypeScript suite then
+checks.
 """
 
 from __future__ import annotations
@@ -75,20 +77,19 @@ def test_there_are_at_least_300_vectors_covering_every_kind_of_edge() -> None:
     assert len(VECTORS["canonical"]) + len(VECTORS["route"]) >= 300
     tags = {t for v in VECTORS["canonical"] + VECTORS["route"] for t in v["tags"]}
     assert {"whitespace", "bom", "control", "signal", "matrix", "telegram-topic", "legacy-dm",
-            "main", "case-folding", "invalid", "unicode-version", "sigma"} <= tags
+            "main", "case-folding", "invalid", "unicode-version", "sigma", "agent-id"} <= tags
     assert sum("error" in v for v in VECTORS["canonical"]) >= 20
 
 
 def test_hand_written_edges_state_what_python_does() -> None:
     """The expectations of schemas/vectors/session_key_edges.py were written by hand."""
     by_id = {v["id"]: v for v in VECTORS["canonical"] + VECTORS["route"]}
+    errors = edges.Err | edges.ScopeErr | edges.AgentErr
     for id_, _tags, _raw, _agent, expected in edges.CANONICAL:
-        want = ({"error": expected.message} if isinstance(expected, edges.Err)
-                else {"expect": expected})
+        want = {"error": expected.message} if isinstance(expected, errors) else {"expect": expected}
         assert _wanted(by_id[id_]) == want, id_
     for id_, *_rest, expected in edges.ROUTES:
-        want = ({"error": expected.message} if isinstance(expected, edges.Err | edges.ScopeErr)
-                else {"expect": expected})
+        want = {"error": expected.message} if isinstance(expected, errors) else {"expect": expected}
         assert _wanted(by_id[id_]) == want, id_
 
 
@@ -126,6 +127,7 @@ def test_the_vectors_file_is_current() -> None:
 
 
 def test_the_typescript_unicode_tables_are_current() -> None:
+    """src/pyunicode-tables.ts is what the script writes from the pinned Python module."""
     done = subprocess.run([sys.executable, str(TABLES_SCRIPT), "--check"], capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -17,6 +17,7 @@ import hashlib
 
 import msgspec
 from transcript_connector.session_keys import canonical_session_key
+from transcript_connector.unicode_text import py_lower, py_strip
 
 from schemas import DeliveryConfirmation
 
@@ -40,7 +41,7 @@ def origin_key(raw: str, agent_id: str) -> str:
     except ValueError:  # `agent:<segment>:<rest>`, the segment no agent id
         _, segment, *rest = raw.split(":", 2)
         folded = canonical_session_key(":".join(["agent", _ANY_AGENT, *rest]), _ANY_AGENT)
-        return f"agent:{segment.strip().lower()}:{folded.removeprefix(f'agent:{_ANY_AGENT}:')}"
+        return f"agent:{py_lower(py_strip(segment))}:{folded.removeprefix(f'agent:{_ANY_AGENT}:')}"
 
 
 def fingerprint(

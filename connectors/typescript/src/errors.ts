@@ -2,7 +2,8 @@
  * Every error this package throws derives from ConnectorError:
  *
  *     ConnectorError
- *     ├── InvalidSessionKeyError   a key that names no agent (Python: ValueError "malformed agent key")
+ *     ├── InvalidSessionKeyError   a key that names no agent, or an agent id argument that is none
+ *     │                            (Python: ValueError "malformed agent key" / "invalid agent_id")
  *     ├── UnknownDmScopeError      a DM scope that does not exist (Python: ValueError "unknown DM scope")
  *     ├── InvalidRecordError       a builder's input breaks the contract; `.field` names the field
  *     └── PublishError             the publisher cannot deliver (not connected, topic, broker)
@@ -14,7 +15,7 @@ export class ConnectorError extends Error {
   override name = "ConnectorError";
 }
 
-/** `raw` is an `agent:` key whose agent segment is not an agent id. */
+/** `raw` is an `agent:` key whose agent segment is not an agent id, or the agent id given is none. */
 export class InvalidSessionKeyError extends ConnectorError {
   override name = "InvalidSessionKeyError";
   constructor(

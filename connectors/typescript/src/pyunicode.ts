@@ -9,8 +9,10 @@
  * - `toLowerCase()` follows Node's ICU (a newer Unicode than Python's `unicodedata`): Node 20
  *   lowercases 55 code points that Python 3.11 leaves alone, and places the final sigma
  *   differently beside about 400.
- * So these functions use tables generated from Python (src/pyunicode-tables.ts, written by
- * scripts/pyunicode_tables.py) and never call `trim()` or `toLowerCase()` on non-ASCII text.
+ * So these functions use the tables the Python side pins (transcript_connector/unicode_tables.py,
+ * Unicode 14.0.0 as Python 3.11 has it; src/pyunicode-tables.ts is written from it by
+ * scripts/pyunicode_tables.py) and never call `trim()` or `toLowerCase()` on non-ASCII text: the
+ * worker's py_lower/py_strip read the same tables, whatever Python runs it.
  * Strings are treated as Python treats `str`: a sequence of code points, a lone surrogate
  * being one.
  */

@@ -403,13 +403,17 @@ export function buildReset(input: ResetInput): SessionReset {
   return deepFreeze(record) as unknown as SessionReset;
 }
 
+// A reset has no sender, and its full `agent:<id>:…` key names its own agent, so
+// canonicalSessionKey never uses the agent id it is given for one: any valid id will do.
+const NO_SENDER = "a";
+
 /** The canonical key of a reset's session (decide.session_key_of); throws InvalidRecordError. */
 export function resetKey(raw: string): string {
   const colon = raw.indexOf(":");
   if (colon < 0 || pyLower(pyStrip(raw.slice(0, colon))) !== "agent") {
     throw new InvalidRecordError("session_key", "a reset needs a full agent:<agent_id>:… key");
   }
-  return keyOrThrow("session_key", raw, "");
+  return keyOrThrow("session_key", raw, NO_SENDER);
 }
 
 /** The Kafka key the worker expects for `record`: its canonical session key. */

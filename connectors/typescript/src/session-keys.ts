@@ -17,7 +17,8 @@
  *
  * The canonicaliser repairs spelling only (whitespace, case outside case-preserving peer ids,
  * the legacy `dm`, a missing `agent:<id>:` prefix, `main`/empty, Telegram `thread` → `topic`).
- * Build keys from the identity inbound messages carry with `sessionKeyForRoute`.
+ * Build keys from the identity inbound messages carry with `sessionKeyForRoute`. Both refuse an
+ * `agentId` that is not an agent id, as the worker refuses such a record (never lowercased).
  */
 
 import { InvalidSessionKeyError, UnknownDmScopeError } from "./errors.js";
@@ -36,7 +37,8 @@ export interface RouteLike {
   readonly thread_id?: string | null;
 }
 
-const AGENT_ID = /^[a-z0-9][a-z0-9_-]{0,63}$/;
+const AGENT_ID_PATTERN = "^[a-z0-9][a-z0-9_-]{0,63}$";
+const AGENT_ID = new RegExp(AGENT_ID_PATTERN);
 const PEER_KINDS = new Set(["direct", "dm", "group", "channel"]);
 const DIRECT_KINDS = new Set(["direct", "dm"]);
 const SUFFIX_MARKERS = new Set(["thread", "topic"]);
@@ -46,10 +48,13 @@ const SOURCES = new Set(["main", "cron", "subagent", "hook", "acp", "agent"]);
 /**
  * The canonical form of `raw`, a key the sending agent `agentId` computed.
  *
- * Throws InvalidSessionKeyError when `raw` is an `agent:` key whose agent segment is not an
- * agent id (the key names no agent, so no session can be chosen for it).
+ * Throws InvalidSessionKeyError when `agentId` is not an agent id, or when `raw` is an `agent:`
+ * key whose agent segment is not one (the key names no agent, so no session can be chosen for it).
  */
 export function canonicalSessionKey(raw: string, agentId: string): string {
+  if (!AGENT_ID.test(agentId)) {
+    throw new InvalidSessionKeyError(`invalid agent_id ${pyRepr(agentId)}: an agent id matches ${AGENT_ID_PATTERN}`, raw);
+  }
   // Whitespace around a segment is never part of an id: trim the key and every segment.
   const parts = raw.split(":").map(pyStrip);
   let agent: string;
@@ -75,7 +80,7 @@ function canonicalRest(rest: string[]): string {
   const lower = rest.map(pyLower);
   const kindAt = peerKindIndex(lower);
   if (kindAt === null) return lower.join(":");
-  const channel = kindAt > 0 ? lower[0]! : "";
+  const channel = kindAt > 0 ? lower[0]! : null; // null: a per-peer DM key names no channel
   const kind = lower[kindAt] === "dm" ? "direct" : lower[kindAt]!;
   // The peer id runs from after the kind up to the last thread/topic marker (a Matrix
   // room id `!Room:server.org[:port]` contains colons, so it can be several segments).
@@ -106,10 +111,14 @@ function peerKindIndex(lower: string[]): number | null {
   return null;
 }
 
-/** Signal group ids and Matrix room ids are opaque and case-sensitive. */
-function preservesCase(channel: string, kind: string, peer: string): boolean {
+/**
+ * Signal group ids and Matrix room ids (`!opaque:server[:port]`) are case-sensitive. A per-peer DM
+ * key (`direct:<peer>`, `channel` null) names no channel, so a room id is known by its `!`: no other
+ * channel's peer ids start with one, so every `direct:!…` key is a Matrix DM room.
+ */
+function preservesCase(channel: string | null, kind: string, peer: string): boolean {
   if (channel === "signal") return kind === "group";
-  if (channel === "matrix") return peer.startsWith("!");
+  if (channel === "matrix" || channel === null) return peer.startsWith("!");
   return false;
 }
 
@@ -117,7 +126,8 @@ function preservesCase(channel: string, kind: string, peer: string): boolean {
  * The canonical key of the chat `route` names, for `agentId` with DM scope `dmScope`.
  *
  * Build keys from the identity inbound messages carry (the Slack user id, the X conversation
- * id, the chat type the inbound side sees), never from a send target.
+ * id, the chat type the inbound side sees), never from a send target. Throws UnknownDmScopeError
+ * for an unknown DM scope, InvalidSessionKeyError for an `agentId` that is not an agent id.
  */
 export function sessionKeyForRoute(agentId: string, route: RouteLike, dmScope: DmScope): string {
   if (!(DM_SCOPES as readonly unknown[]).includes(dmScope)) {

@@ -10,10 +10,14 @@ from __future__ import annotations
 from transcript_connector.parse import Invalid
 from transcript_connector.records import CONFIRMATION, RESET, DeliveryConfirmation, InputRecord
 from transcript_connector.session_keys import canonical_session_key
+from transcript_connector.unicode_text import py_lower, py_strip
 
 # An erase on the input topic is the worker's own forwarded copy or history, never a
 # connector's record (DESIGN 1.2, the trust boundary).
 ONLY_ON_CONTROL = "session-erase/1 is accepted only on transcript.control"
+# A reset or an erase has no sender, and its full `agent:<id>:…` key names its own agent, so
+# canonical_session_key never uses the agent id it is given for one: any valid id will do.
+_NO_SENDER = "a"
 
 
 def canonical_or_invalid(field: str, raw: str, agent_id: str) -> str | Invalid:
@@ -32,10 +36,10 @@ def session_key_of(record: InputRecord) -> str | Invalid:
     """
     if record.schema_ != CONFIRMATION:
         head, sep, _ = record.session_key.partition(":")
-        if not sep or head.strip().lower() != "agent":
+        if not sep or py_lower(py_strip(head)) != "agent":
             what = "a reset" if record.schema_ == RESET else "an erase"
             return Invalid(f"session_key: {what} needs a full agent:<agent_id>:… key")
-        return canonical_or_invalid("session_key", record.session_key, "")
+        return canonical_or_invalid("session_key", record.session_key, _NO_SENDER)
     return canonical_or_invalid("session_key", record.session_key, record.agent_id)
 
 

@@ -13,6 +13,11 @@ A transcript write must land in the exact session an inbound reply uses. Two fun
   information is not in the key, and guessing would merge different chats. Only the
   builder prevents those.
 
+Both refuse an `agent_id` argument that is not an agent id (ValueError), as the worker refuses
+a record whose agent id is none: lowercasing "OPS" would make a key for an agent no record can
+name. Case and whitespace come from pinned Unicode tables (unicode_text), not the running
+interpreter's str.lower()/str.strip(), so a key does not change with the Python version.
+
 Key shapes (DESIGN.md, field-notes):
     agent:<a>:main                                         DM scope main
     agent:<a>:direct:<peer>                                DM scope per-peer
@@ -29,11 +34,15 @@ import re
 from functools import lru_cache
 from typing import Literal, Protocol, get_args
 
+from transcript_connector.unicode_text import py_lower, py_strip
+
 DmScope = Literal["main", "per-peer", "per-channel-peer", "per-account-channel-peer"]
 DM_SCOPES: tuple[DmScope, ...] = get_args(DmScope)
 DEFAULT_ACCOUNT_ID = "default"
 
-_AGENT_ID = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+# records.AGENT_ID_PATTERN, the worker's rule for a record's agent id (a test holds them equal)
+AGENT_ID_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
+_AGENT_ID = re.compile(AGENT_ID_PATTERN.removeprefix("^").removesuffix("$"))
 _PEER_KINDS = frozenset({"direct", "dm", "group", "channel"})
 _DIRECT_KINDS = frozenset({"direct", "dm"})
 _SUFFIX_MARKERS = frozenset({"thread", "topic"})
@@ -60,31 +69,34 @@ class RouteLike(Protocol):
 def canonical_session_key(raw: str, agent_id: str) -> str:
     """The canonical form of `raw`, a key the sending agent `agent_id` computed.
 
-    Raises ValueError when `raw` is an `agent:` key whose agent segment is not an agent id
-    (the key names no agent, so no session can be chosen for it). Cached: pure, and called
-    for every record with a handful of distinct keys.
+    Raises ValueError when `agent_id` is not an agent id (refused, not repaired: the worker
+    dead-letters a record whose agent id is none), or when `raw` is an `agent:` key whose agent
+    segment is not one (the key names no agent, so no session can be chosen for it). Cached:
+    pure, and called for every record with a handful of distinct keys.
     """
+    if not _AGENT_ID.fullmatch(agent_id):
+        raise ValueError(f"invalid agent_id {agent_id!r}: an agent id matches {AGENT_ID_PATTERN}")
     # Whitespace around a segment is never part of an id: trim the key and every segment.
-    parts = [p.strip() for p in raw.split(":")]
-    if len(parts) >= 2 and parts[0].lower() == "agent":
-        agent = parts[1].lower()
+    parts = [py_strip(p) for p in raw.split(":")]
+    if len(parts) >= 2 and py_lower(parts[0]) == "agent":
+        agent = py_lower(parts[1])
         if not _AGENT_ID.fullmatch(agent):
             raise ValueError(f"malformed agent key: {parts[1]!r} is not an agent id")
         rest = parts[2:]
     else:
         agent, rest = agent_id, parts
-    if not rest or (len(rest) == 1 and rest[0].lower() in ("", "main")):
+    if not rest or (len(rest) == 1 and py_lower(rest[0]) in ("", "main")):
         return f"agent:{agent}:main"
     return f"agent:{agent}:{_canonical_rest(rest)}"
 
 
 def _canonical_rest(rest: list[str]) -> str:
     """Lowercase everything but a case-preserving peer id; `dm` -> `direct`; Telegram topics."""
-    lower = [p.lower() for p in rest]
+    lower = [py_lower(p) for p in rest]
     kind_at = _peer_kind_index(lower)
     if kind_at is None:
         return ":".join(lower)
-    channel = lower[0] if kind_at > 0 else ""
+    channel = lower[0] if kind_at > 0 else None  # None: a per-peer DM key names no channel
     kind = "direct" if lower[kind_at] == "dm" else lower[kind_at]
     # The peer id runs from after the kind up to the last thread/topic marker (a Matrix
     # room id `!Room:server.org[:port]` contains colons, so it can be several segments).
@@ -95,7 +107,7 @@ def _canonical_rest(rest: list[str]) -> str:
             break
     peer = ":".join(rest[kind_at + 1 : suffix_at])
     if not _preserves_case(channel, kind, peer):
-        peer = peer.lower()
+        peer = py_lower(peer)
     out = lower[:kind_at] + [kind, peer]
     if suffix_at < len(rest):
         marker = "topic" if channel == "telegram" else lower[suffix_at]
@@ -117,11 +129,17 @@ def _peer_kind_index(lower: list[str]) -> int | None:
     return None
 
 
-def _preserves_case(channel: str, kind: str, peer: str) -> bool:
-    """Signal group ids and Matrix room ids are opaque and case-sensitive."""
+def _preserves_case(channel: str | None, kind: str, peer: str) -> bool:
+    """Signal group ids and Matrix room ids (`!opaque:server[:port]`) are case-sensitive.
+
+    A per-peer DM key (`direct:<peer>`, `channel` None) names no channel, so a room id is known
+    by its `!`: no other channel's peer ids start with one (Matrix user ids start with `@`). Any
+    `direct:!…` key is therefore a Matrix DM room, and the builder and the canonicaliser keep
+    its case alike, so canonical(canonical(k)) == canonical(k).
+    """
     if channel == "signal":
         return kind == "group"
-    if channel == "matrix":
+    if channel in ("matrix", None):
         return peer.startswith("!")
     return False
 
@@ -130,12 +148,13 @@ def session_key_for_route(agent_id: str, route: RouteLike, dm_scope: DmScope) ->
     """The canonical key of the chat `route` names, for `agent_id` with DM scope `dm_scope`.
 
     Build keys from the identity inbound messages carry (the Slack user id, the X
-    conversation id, the chat type the inbound side sees), never from a send target.
+    conversation id, the chat type the inbound side sees), never from a send target. Raises
+    ValueError for an unknown DM scope or an `agent_id` that is not an agent id.
     """
     if dm_scope not in DM_SCOPES:
         raise ValueError(f"unknown DM scope {dm_scope!r}; expected one of {', '.join(DM_SCOPES)}")
-    channel = route.channel.strip().lower()
-    peer = route.peer_id.strip()
+    channel = py_lower(py_strip(route.channel))
+    peer = py_strip(route.peer_id)
     if route.peer_kind == "direct":
         if dm_scope == "main":
             base = "main"
@@ -144,17 +163,18 @@ def session_key_for_route(agent_id: str, route: RouteLike, dm_scope: DmScope) ->
         elif dm_scope == "per-channel-peer":
             base = f"{channel}:direct:{peer}"
         else:
-            account = (route.account_id or "").strip().lower() or DEFAULT_ACCOUNT_ID
+            account = py_lower(py_strip(route.account_id or "")) or DEFAULT_ACCOUNT_ID
             base = f"{channel}:{account}:direct:{peer}"
     else:
         base = f"{channel}:{route.peer_kind}:{peer}"
-    thread = (route.thread_id or "").strip()
+    thread = py_strip(route.thread_id or "")
     if thread:
         base += f":{'topic' if channel == 'telegram' else 'thread'}:{thread}"
     return canonical_session_key(f"agent:{agent_id}:{base}", agent_id)
 
 
 __all__ = [
+    "AGENT_ID_PATTERN",
     "DEFAULT_ACCOUNT_ID",
     "DM_SCOPES",
     "DmScope",
