@@ -20,7 +20,13 @@ import { pathToFileURL } from "node:url";
 
 import { AssignerProtocol, Kafka, logLevel, type PartitionAssigner } from "kafkajs";
 
-import { canonicalSessionKey, partitionFor, publisherOptionsFromEnv } from "@transcript-owner/connector";
+import {
+  canonicalSessionKey,
+  partitionFor,
+  publisherOptionsFromEnv,
+  pyLower,
+  pyStrip,
+} from "@transcript-owner/connector";
 
 const onePartition = (topic: string, partition: number): PartitionAssigner => () => ({
   name: "OnePartition",
@@ -78,8 +84,11 @@ export const jsonLine = (entry: unknown): string => visible(JSON.stringify(entry
 
 async function main(raw: string, timeoutMs = 30_000): Promise<number> {
   const options = publisherOptionsFromEnv();
-  const session = canonicalSessionKey(raw, "");
-  if (session.startsWith("agent::")) throw new Error("give a full agent:<agent_id>:… key");
+  // a full key names its own agent (the agent id given is then never used): refuse any other
+  if (pyLower(pyStrip(raw.split(":")[0] ?? "")) !== "agent" || !raw.includes(":")) {
+    throw new Error("give a full agent:<agent_id>:… key");
+  }
+  const session = canonicalSessionKey(raw, "a");
   const topic = `${options.topicPrefix ?? ""}transcript.entries`;
   const partition = partitionFor(session, options.partitions!);
   const kafka = new Kafka({ brokers: options.brokers, ssl: options.ssl, sasl: options.sasl, logLevel: logLevel.WARN });
