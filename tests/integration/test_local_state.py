@@ -181,7 +181,7 @@ def test_recreated_changelog_that_grew_past_the_state_is_detected_by_topic_id(
 def test_topics_recreated_under_a_running_worker_stop_it_once_then_it_restores(
     env, topics, workers, tmp_path
 ):
-    """faust's own check, at the rebalance after the topics came back: the worker exits 75
+    """The state owner's check, at the rebalance after the topics came back: the worker exits 75
     having discarded its local state, instead of stopping the same way at every start."""
     state = tmp_path / "state"
     ks = kafka_settings(env)
@@ -199,9 +199,9 @@ def test_topics_recreated_under_a_running_worker_stop_it_once_then_it_restores(
     assert w2.stop() == 0
 
 
-def test_a_wiped_state_dir_is_restored_fast_before_faust_starts(env, topics, workers, tmp_path):
-    """The worker applies the changelog to fresh stores itself (one INFO line), then faust's
-    recovery has (almost) nothing left; the restored sessions dedupe and number on as before."""
+def test_a_wiped_state_dir_is_restored_at_the_assignment(env, topics, workers, tmp_path):
+    """The state owner applies the changelog to fresh stores when the partitions are assigned
+    (one INFO line per assignment); the restored sessions dedupe and number on as before."""
     state = tmp_path / "state"
     ks = kafka_settings(env)
     others = ["agent:ops:telegram:direct:u2", "agent:ops:slack:channel:c9"]
@@ -229,10 +229,10 @@ def test_a_wiped_state_dir_is_restored_fast_before_faust_starts(env, topics, wor
         ("a-0", 1), ("a-1", 2), ("a-2", 3), ("a-3", 4)]  # the retry is a duplicate: no entry
     assert w2.stop() == 0
     log = w2.log.read_text()
-    m = re.search(rf"\[INFO\] fast restore of sessions from {re.escape(changelog)}: "
-                  r"(\d+) partitions, (\d+) changelog records applied in [\d.]+s", log)
-    assert m, log[-3000:]
-    assert int(m.group(1)) == sum(1 for end in ends.values() if end > 0)
-    # every committed changelog record (the offsets also hold the transactions' markers)
-    assert int(m.group(2)) == len(committed) > 0, ends
+    found = re.findall(r"\[INFO\] assigned input partitions \[([\d, ]*)\]: .*?"
+                       r"(\d+) changelog records applied in [\d.]+s", log)
+    assert found, log[-3000:]
+    assert {int(p) for p in found[0][0].split(", ")} == set(range(8))  # all, to one worker
+    # every committed changelog record, once (the offsets also hold the transactions' markers)
+    assert sum(int(n) for _, n in found) == len(committed) > 0, ends
 

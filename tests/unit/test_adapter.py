@@ -120,43 +120,13 @@ def test_canary_the_member_id_path_through_faust_to_aiokafka():
         __import__("aiokafka").AIOKafkaConsumer), "AIOKafkaConsumer._coordinator"
 
 
-def test_canary_faust_rocksdb_store_offset_key_and_partition_handles(tmp_path):
-    import faust
-    from faust.stores.rocksdb import Store
-    from faust.types import TP
-
-    assert Store.offset_key == adapter.STORE_OFFSET_KEY, (
-        f"faust's Store.offset_key is {Store.offset_key!r}, not {adapter.STORE_OFFSET_KEY!r}: "
-        "the offsets local_state's restore and top-up and the processor's batches persist "
-        "would not be read by faust's recovery (it would re-read every changelog)")
-    assert Store.offset_key.startswith(adapter.STORE_OWN_KEYS), (
-        f"faust's offset key no longer begins with {adapter.STORE_OWN_KEYS!r}: the session "
-        "store's sweep and the checkpoints would take it for state")
-    assert callable(getattr(Store, "_db_for_partition", None)), (
-        "faust's Store._db_for_partition is gone: adapter.partition_store cannot reach a "
-        "partition's RocksDB (session store, checkpoints, batches, top-up)")
-    assert "self._dbs[partition]" in inspect.getsource(Store._db_for_partition), (
-        "faust's Store._db_for_partition no longer keeps its open stores in Store._dbs: "
-        "adapter.open_partition_stores (the state gauges) would see none")
-    app = faust.App("canary", store="rocksdb://", datadir=str(tmp_path), web_enabled=False)
-    table = app.Table("t", partitions=2, key_type=bytes, value_type=bytes)
-    assert dict(adapter.open_partition_stores(table)) == {}, "opening no store, faust has none"
-    db = adapter.partition_store(table, 1)
-    assert list(adapter.open_partition_stores(table)) == [1], "Store._dbs holds the one opened"
-    table.data.set_persisted_offset(TP("t", 1), 41)
-    assert db.get(adapter.STORE_OFFSET_KEY) == b"41", (
-        "faust persists a partition's offset elsewhere than partition_store(...)[offset_key]")
-    db.put(adapter.STORE_OFFSET_KEY, b"57")
-    assert table.data.persisted_offset(TP("t", 1)) == 57, (
-        "faust's recovery does not read the offset the worker writes under STORE_OFFSET_KEY")
-
-
 def test_canary_faust_table_manager_starts_recovery_through_update_channels():
     from faust.tables import TableManager
 
     assert inspect.iscoroutinefunction(getattr(TableManager, "_update_channels", None)), (
         "faust's TableManager._update_channels is gone: adapter.prompt_table_manager's on_start "
-        "cannot register the changelog channels (the worker would never recover its table)")
+        "cannot start faust's recovery service (which resumes the partitions after each "
+        "rebalance)")
     source = inspect.getsource(TableManager.on_start)
     for step in ("self._update_channels()", "self.recovery.start()"):
         assert step in source, (
@@ -171,8 +141,8 @@ def test_canary_faust_awaits_the_table_managers_on_rebalance_at_each_assignment(
 
     assert "self.tables.on_rebalance" in inspect.getsource(faust.App._on_partitions_assigned), (
         "faust's App._on_partitions_assigned no longer awaits self.tables.on_rebalance: "
-        "adapter.replace_table_rebalance's step (takeover.on_assigned: the exactly-once takeover "
-        "before recovery) would never run")
+        "adapter.replace_table_rebalance's step (takeover.on_assigned: the takeover and the "
+        "restore before faust resumes the partitions) would never run")
     assert list(inspect.signature(TableManager.on_rebalance).parameters) == [
         "self", "assigned", "revoked", "newly_assigned", "generation_id"], (
         "faust's TableManager.on_rebalance takes other arguments than takeover.on_assigned passes")
@@ -266,8 +236,8 @@ ROOT = Path(__file__).resolve().parents[2]
 ADAPTER = ROOT / "workers" / "stream" / "adapter.py"
 PRIVATE_NAMES = (
     # faust
-    "_db_for_partition", "_dbs", "_update_channels", "_create_worker_consumer",
-    "_new_consumer_thread", "_commit", "_thread", "_ensure_consumer", "__faust",
+    "_update_channels", "_create_worker_consumer", "_new_consumer_thread", "_commit", "_thread",
+    "_ensure_consumer",
     # mode
     "_schedule_shutdown", "_signal_stop_time",
     # aiokafka
@@ -295,16 +265,6 @@ def test_no_module_but_the_adapter_names_a_private_name_of_faust_mode_or_aiokafk
         + "\n".join(found))
     source = ADAPTER.read_text("utf-8")
     assert not [n for n in PRIVATE_NAMES if n not in source], "a name the adapter no longer uses"
-
-
-def test_the_stores_keys_are_the_adapters():
-    from workers.core import checkpoint_format
-    from workers.stream import local_state, session_store
-
-    assert local_state.OFFSET_KEY is adapter.STORE_OFFSET_KEY
-    assert session_store.FAUST_KEYS is adapter.STORE_OWN_KEYS
-    # a checkpoint never copies the store's bookkeeping, and audit skips it: by this prefix
-    assert adapter.STORE_OWN_KEYS.startswith(checkpoint_format.BOOKKEEPING)
 
 
 def test_canary_aiokafka_waits_backoff_override_after_concurrent_transactions():

@@ -1,5 +1,6 @@
-"""When local state no longer matches its changelog (workers.stream.local_state), without a broker:
-the pure verdict, table-driven, and `prepare` on real RocksDB stores."""
+"""When local state no longer matches its changelog (workers.stream.local_state), and the state
+owner's lifecycle (workers.stream.state_owner), without a broker: the pure verdict,
+table-driven, `prepare` and the restore on real RocksDB stores."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 import rocksdict
-from kafka.errors import KafkaConnectionError, KafkaTimeoutError
+from kafka.errors import KafkaConnectionError
 
 from workers import kafka_io
 from workers.settings import kafka_settings
@@ -21,11 +22,10 @@ from workers.stream.local_state import (
     Changelog,
     LocalStateError,
     Marker,
+    StaleState,
     Store,
     batch_ops,
     deployment_dir,
-    discard_all,
-    fast_restore,
     marker_path,
     partition_stores,
     prepare,
@@ -34,6 +34,7 @@ from workers.stream.local_state import (
     restore_range,
     verdict,
 )
+from workers.stream.state_owner import StateOwner, StoreState
 
 TOPIC = "p.transcript-owner-sessions-changelog"
 ID, OTHER_ID = "c5337d21-00bc-4a1d-8a5d-d8a6e6dad15c", "0b9f3a2e-5f7c-4d7e-9a51-6c2f1e4b8d90"
@@ -99,7 +100,7 @@ def test_each_deployment_has_its_own_state_dir():
 
 
 def make_store(tabledir: Path, partition: int, offset: int | None, rows: int = 3) -> Path:
-    """A partition store as faust writes it (rocksdict, raw mode, its offset key)."""
+    """A partition store as the worker writes it (rocksdict, raw mode, its offset key)."""
     path = tabledir / f"sessions-{partition}.db"
     db = rocksdict.Rdict(str(path), options=rocksdict.Options(raw_mode=True))
     for i in range(rows):
@@ -189,16 +190,7 @@ def test_a_store_another_process_holds_open_is_never_removed(tmp_path, caplog):
     assert prepare(tables, "sessions", changelog({0: 0})) == [0]  # once it is closed
 
 
-def test_discard_all_removes_every_store_of_the_table(tmp_path):
-    tables = tmp_path / "tables"
-    for p in (0, 3, 7):
-        make_store(tables, p, p)
-    other = make_store(tables, 1, 1).rename(tables / "other-1.db")
-    assert discard_all(tables, "sessions") == [0, 3, 7]
-    assert partition_stores(tables, "sessions") == {} and other.exists()
-
-
-# ---- fast restore: what to read, and how records become writes ------------------------------
+# ---- the restore: what to read, and how records become writes -------------------------------
 
 RANGES = [
     ("fresh store, whole log", None, 0, 100, (0, 100)),
@@ -226,21 +218,18 @@ def test_batch_ops_put_delete_in_log_order_up_to_the_end():
     assert batch_ops([(5, b"a", b"1")], end=5) == ([], None)
 
 
-def test_fast_restore_with_nothing_due_asks_nothing_of_kafka(tmp_path, caplog):
-    tables = tmp_path / "tables"
-    make_store(tables, 0, 99)
-    ks = kafka_settings({"KAFKA_BOOTSTRAP": "127.0.0.1:1"})  # nothing listens: never asked
-    with caplog.at_level(logging.INFO, logger=LOG):
-        assert fast_restore(ks, tables, "sessions", changelog({0: 100, 1: 0})) == 0
-    assert "2 partitions" not in caplog.text and "0 changelog records applied" in caplog.text
-    assert partition_stores(tables, "sessions").keys() == {0}  # none created for an empty one
-
-
 class FailingConsumer:
-    """A consumer that delivers one fetch of partition 0 (offsets 42-44), then loses Kafka."""
+    """Partition 0's changelog holds offsets 0..99 and 1's 0..49; the read delivers one fetch of
+    partition 0 (offsets 42-44), then loses Kafka."""
 
     def __init__(self, **_):
         self.polls = 0
+
+    def beginning_offsets(self, tps):
+        return dict.fromkeys(tps, 0)
+
+    def end_offsets(self, tps):
+        return {tp: 100 if tp.partition == 0 else 50 for tp in tps}
 
     def assign(self, tps):
         self.tps = tps
@@ -263,18 +252,21 @@ class FailingConsumer:
         pass
 
 
-def test_a_failed_fast_restore_warns_and_keeps_only_what_it_applied(tmp_path, caplog,
-                                                                    monkeypatch):
+def owner(tables: Path) -> StateOwner:
+    return StateOwner(tables, "sessions", TOPIC)
+
+
+def test_a_failed_restore_keeps_only_what_it_applied(tmp_path, monkeypatch):
     tables = tmp_path / "tables"
     make_store(tables, 0, 41)
     monkeypatch.setattr(kafka_io, "consumer", lambda ks, **kw: FailingConsumer(**kw))
-    with caplog.at_level(logging.WARNING, logger=LOG):
-        assert fast_restore(kafka_settings({}), tables, "sessions",
-                            changelog({0: 100, 1: 50})) is None
-    (warning,) = [r.getMessage() for r in caplog.records if r.name == LOG]
-    assert "fast restore of sessions from" in warning and "KafkaConnectionError" in warning
-    assert warning.endswith("faust recovers the rest from the changelog")
-    # the fetch it wrote, with its last offset in the same batch; the rest is faust's
+    state = owner(tables)
+    state.assign([0, 1])
+    with pytest.raises(KafkaConnectionError):  # the takeover exits 70: the next start goes on
+        state.restore(kafka_settings({}))
+    assert state.states == {0: StoreState.RESTORING, 1: StoreState.RESTORING}
+    state.close()
+    # the fetch it wrote, with its last offset in the same batch
     assert read_store(0, tables / "sessions-0.db") == Store(0, 44)
     db = rocksdict.Rdict(str(tables / "sessions-0.db"), options=rocksdict.Options(raw_mode=True))
     try:
@@ -285,14 +277,54 @@ def test_a_failed_fast_restore_warns_and_keeps_only_what_it_applied(tmp_path, ca
     assert read_store(1, tables / "sessions-1.db") == Store(1, None)  # created, nothing applied
 
 
-def test_fast_restore_never_raises_when_kafka_cannot_be_reached(tmp_path, caplog, monkeypatch):
-    def unreachable(ks, **kw):
-        raise KafkaTimeoutError("bootstrap timed out")
-
+def test_a_store_ahead_of_its_changelog_is_stale_and_nothing_is_applied(tmp_path, monkeypatch):
     tables = tmp_path / "tables"
     make_store(tables, 0, 41)
-    monkeypatch.setattr(kafka_io, "consumer", unreachable)
-    with caplog.at_level(logging.WARNING, logger=LOG):
-        assert fast_restore(kafka_settings({}), tables, "sessions", changelog({0: 100})) is None
-    assert "KafkaTimeoutError: bootstrap timed out" in caplog.text
-    assert read_store(0, tables / "sessions-0.db") == Store(0, 41)
+    make_store(tables, 1, 70)  # the changelog ends at 50: recreated under the worker
+    monkeypatch.setattr(kafka_io, "consumer", lambda ks, **kw: FailingConsumer(**kw))
+    state = owner(tables)
+    state.assign([0, 1])
+    with pytest.raises(StaleState) as caught:
+        state.restore(kafka_settings({}))
+    assert caught.value.partitions == [1]
+    assert "partition 1: it has applied changelog offset 70, but the changelog end offset " \
+           "is 50" in str(caught.value)
+    assert state.discard([1]) == [1] and not (tables / "sessions-1.db").exists()
+    state.close()
+    assert read_store(0, tables / "sessions-0.db") == Store(0, 41)  # untouched
+
+
+def test_assign_closes_the_stores_that_left_and_restores_every_one_it_keeps(tmp_path,
+                                                                           monkeypatch):
+    tables = tmp_path / "tables"
+    make_store(tables, 0, 99)
+    make_store(tables, 1, 49)  # both at their changelog's end: nothing to read
+    monkeypatch.setattr(kafka_io, "consumer", lambda ks, **kw: FailingConsumer(**kw))
+    state = owner(tables)
+    state.assign([0, 1])
+    assert state.states == {0: StoreState.REGISTERED, 1: StoreState.REGISTERED}
+    assert state.restore(kafka_settings({})) == 0
+    assert state.states == {0: StoreState.READY, 1: StoreState.READY}
+    state.assign([1])  # 0 left; 1 stays, and is read to the end again
+    assert set(state.open_stores()) == {1} and state.states == {1: StoreState.REGISTERED}
+    with pytest.raises(LookupError, match="partition 0 is not open"):
+        state.db(0)
+    # partition 0's store is closed: its lock is free for whoever opens it next
+    rocksdict.Rdict(str(tables / "sessions-0.db"), options=rocksdict.Options(raw_mode=True)).close()
+    state.close()
+    assert state.open_stores() == {}
+
+
+def test_the_stores_bookkeeping_keys_are_the_layout_faust_wrote():
+    """Stores written while a faust table held them keep their applied offset under faust's
+    key: the state owner reads them as they are. A checkpoint never copies a store's
+    bookkeeping, and audit skips it: by this prefix."""
+    from faust.stores.rocksdb import Store as FaustStore
+
+    from workers.core import checkpoint_format
+    from workers.stream import local_state, session_store
+
+    assert FaustStore.offset_key == local_state.OFFSET_KEY == b"__faust\0offset__"
+    assert local_state.OFFSET_KEY.startswith(local_state.OWN_KEYS)
+    assert session_store.OWN_KEYS is local_state.OWN_KEYS
+    assert local_state.OWN_KEYS.startswith(checkpoint_format.BOOKKEEPING)

@@ -14,10 +14,11 @@ process is as safe as one per partition (Kafka Streams' exactly_once_v2). `insta
 teaches aiokafka's sender that request; `GroupMember` is the group id that carries the rest.
 
 The rest, by owner:
-  faust's RocksDB store   `STORE_OFFSET_KEY`, `STORE_OWN_KEYS`, `partition_store`,
-                          `open_partition_stores`
-  faust's table manager   `prompt_table_manager` (no second's sleep before recovery),
-                          `replace_table_rebalance` (a step between assignment and recovery)
+  faust's table manager   `prompt_table_manager` (no second's sleep before its recovery
+                          service starts), `replace_table_rebalance` (a step between an
+                          assignment and faust's recovery, which resumes the partitions). The
+                          worker declares no faust table: its state has its own owner
+                          (workers.stream.state_owner)
   faust's consumer        `read_committed_consumer`, `use_consumer`; `membership`
   mode's Worker           `on_first_stop_signal`
   aiokafka's producer     `install_kip447`, which also shortens aiokafka's wait between
@@ -82,43 +83,19 @@ def membership(app: Any) -> Membership:
     return Membership(coordinator.generation, coordinator.member_id)
 
 
-# --- faust's RocksDB store (faust.stores.rocksdb.Store) -------------------------------------
-
-# The key under which faust's store keeps, in each partition's RocksDB, the offset of the last
-# changelog record it applied (`Store.offset_key`); its recovery reads the changelog from the
-# next one. The worker writes it with every batch it applies itself (restore, top-up, batches).
-STORE_OFFSET_KEY = b"__faust\0offset__"
-# what every key faust keeps for itself in a partition store begins with: not table state
-STORE_OWN_KEYS = b"__faust"
-
-
-def partition_store(table: Any, partition: int) -> Any:
-    """The RocksDB (a rocksdict.Rdict) of one partition of a faust table, opened if it is not
-    yet. faust's Store has no public per-partition handle (`Store._db_for_partition`); the worker
-    reads and writes a partition's state in bulk (the session store, checkpoints, a batch's
-    changelog records, the exactly-once top-up), without faust's per-key path."""
-    return table.data._db_for_partition(partition)
-
-
-def open_partition_stores(table: Any) -> Mapping[int, Any]:
-    """The partition stores faust has open now, by partition (`Store._dbs`), never opening one:
-    for the gauges, read while faust may be closing them (a store opened here would hold its
-    RocksDB lock against faust's reopening). Empty for a store that keeps none."""
-    return getattr(table.data, "_dbs", {})
-
-
 # --- faust's table manager (faust.tables.TableManager) --------------------------------------
 
 def prompt_table_manager() -> type:
     """faust's TableManager with faust's own `on_start` less its sleep: it registers the tables'
-    changelog channels (`TableManager._update_channels`, which has no public caller) and starts
-    recovery at once. (faust is imported when the app is built.)"""
+    changelog channels (`TableManager._update_channels`, which has no public caller; there are
+    none) and starts its recovery service at once, which resumes the assigned partitions after
+    each rebalance. (faust is imported when the app is built.)"""
     from faust.tables import TableManager
 
     class PromptTableManager(TableManager):
         """faust's TableManager, without the second it sleeps before starting recovery (for
-        tables declared after the app starts): the worker declares its one table before, and
-        every start, restart and rebalance test runs through this."""
+        tables declared after the app starts, and the worker declares none): every start,
+        restart and rebalance test runs through this."""
 
         async def on_start(self) -> None:
             if not self.should_stop:

@@ -9,8 +9,9 @@ processed (seen here: a worker that joins a group mid-stream skipped most of its
 Instead the input records are taken at the one documented extension point that sees a whole
 fetch: the consumer's scheduling strategy (`ConsumerScheduler` setting), which orders each
 fetch's records before the drain loop. Ours moves the input topic's records into an `Inbox`
-as faust messages stamped with the consumer generation, and passes every other topic's
-records (table changelogs during recovery) on to faust's own strategy untouched.
+as faust messages stamped with the consumer generation, and passes any other topic's records
+on to faust's own strategy untouched (there are none: the worker declares no faust table, so
+faust reads no changelog).
 `workers.stream.processor` takes the inbox in batches and acks each message itself once its outputs
 and state are durable; faust tracks those acks and commits them as usual.
 
@@ -168,7 +169,7 @@ def read_committed(app: faust.App, *, offsets_in_transactions: bool = False) -> 
 def input_topic(app: faust.App, inbox: Inbox) -> faust.TopicT:
     """Subscribe the worker's consumer to the inbox's topics, with acks (offsets we ack commit).
     They have one partition count, so faust's assignor gives partition p of each to one
-    worker (a co-partitioned group, as the session table's changelog)."""
+    worker (a co-partitioned group; partition p's state is changelog partition p)."""
     topic = app.topic(*sorted(inbox.topics), key_type=bytes, value_type=bytes,
                       key_serializer="raw", value_serializer="raw", acks=True)
     app.topics.add(topic)

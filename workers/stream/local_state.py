@@ -1,18 +1,18 @@
-"""The worker's local state is a cache of its changelog: where it lives, and when to discard it.
+"""The worker's local state is a cache of its changelog: where it lives, when to discard it, and
+how a store is read up to its changelog's end.
 
-Layout. faust's datadir is TRANSCRIPT_STATE_DIR/<prefix><app id>/ (`deployment_dir`), so two
-deployments (another TRANSCRIPT_TOPIC_PREFIX or TRANSCRIPT_APP_ID) on one state dir never share
-a table. Under it faust keeps the table `sessions` as one RocksDB per partition,
-v1/tables/sessions-<partition>.db, each holding, beside the sessions, the offset of the last
-changelog record it applied (under faust's offset key, `adapter.STORE_OFFSET_KEY`).
-`sessions.changelog.json` beside them records which changelog topic (name and topic id) they
-were written from.
+Layout. The state of a deployment is TRANSCRIPT_STATE_DIR/<prefix><app id>/ (`deployment_dir`),
+so two deployments (another TRANSCRIPT_TOPIC_PREFIX or TRANSCRIPT_APP_ID) on one state dir never
+share a store. Under it, v1/tables/sessions-<partition>.db is one RocksDB per input partition
+(workers.stream.state_owner opens them), each holding, beside the sessions, the offset of the
+last changelog record it applied (under `OFFSET_KEY`). `sessions.changelog.json` beside them
+records which changelog topic (name and topic id) they were written from.
 
-Before faust starts, `prepare` compares every partition store with the changelog, as Kafka
-Streams compares a task's checkpoint with its changelog and wipes a corrupted task. A store is
-discarded, with a warning, and faust restores that partition from the changelog, when
+At start `prepare` compares every partition store with the changelog, as Kafka Streams compares
+a task's checkpoint with its changelog and wipes a corrupted task. A store is discarded, with a
+warning, and restored from the changelog, when
   - it has applied an offset at or past the changelog's end (its last stable offset): the topic
-    was deleted and recreated, or truncated; faust would stop with ConsistencyError;
+    was deleted and recreated, or truncated;
   - it has applied an offset below the changelog's start - 1: records it missed are gone;
   - the changelog's topic id differs from the recorded one: the topic was recreated, even if
     the new one has grown past the old offsets (offsets alone cannot tell);
@@ -20,13 +20,12 @@ discarded, with a warning, and faust restores that partition from the changelog,
     cannot be read.
 `verdict` decides (pure); the rest reads the disk and the cluster and removes directories.
 
-Then `fast_restore` brings every partition store up to the changelog's end, before faust opens
-them: it reads each partition from the store's persisted offset + 1 (or the log start) to the
-end offset observed at start with one kafka-python consumer, writes the records in RocksDB
-write batches (a tombstone deletes the key), each batch carrying the offset of its last record,
-so a store never claims an offset it has not applied. faust's recovery then starts from there
-and reads (almost) nothing: its own loop costs ~70 µs a record. Any failure is a warning, and
-faust recovers the rest as it would have. `restore_range` and `batch_ops` decide (pure).
+At each assignment `top_up` reads each assigned store from its applied offset + 1 (or the log
+start) to the changelog's end, with one kafka-python consumer, read_committed, and writes the
+records in RocksDB write batches (a tombstone deletes the key), each batch carrying the offset
+of its last record, so a store never claims an offset it has not applied. A store the same
+`verdict` finds stale then (the topic was recreated under a running worker) raises StaleState.
+`restore_range` and `batch_ops` decide (pure).
 """
 
 from __future__ import annotations
@@ -43,11 +42,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workers.core.errors import OwnerError
-from workers.stream.adapter import STORE_OFFSET_KEY
 
 log = logging.getLogger("transcript_owner.local_state")
 
-OFFSET_KEY = STORE_OFFSET_KEY  # faust.stores.rocksdb.Store.offset_key
+# The key a store keeps its applied changelog offset under: faust 0.15's (its rocksdb Store's
+# `offset_key`), kept so that stores written while a faust table held them are used as they are.
+OFFSET_KEY = b"__faust\0offset__"
+OWN_KEYS = b"__faust"  # every key of a store's own bookkeeping begins so: not session state
 LEGACY_TABLES = Path("v1") / "tables"  # the layout before 1.1: one table dir for every deployment
 
 
@@ -283,16 +284,6 @@ def prepare(tabledir: Path, table: str, changelog: Changelog) -> list[int]:
     return sorted(discarded)
 
 
-def discard_all(tabledir: Path, table: str) -> list[int]:
-    """Remove every partition store of `table` (faust has closed them): all of it is restored
-    from the changelog at the next start."""
-    discarded = []
-    for partition, path in partition_stores(tabledir, table).items():
-        shutil.rmtree(path, ignore_errors=True)
-        discarded.append(partition)
-    return discarded
-
-
 def warn_legacy_layout(state_dir: str | Path, deployment: Path) -> None:
     """State of the layout before 1.1 (one table dir for every deployment) is never read."""
     legacy = Path(state_dir) / LEGACY_TABLES
@@ -302,66 +293,7 @@ def warn_legacy_layout(state_dir: str | Path, deployment: Path) -> None:
                     "delete it once no older worker runs on this state dir", legacy, deployment)
 
 
-RESTORE_IDLE_S = 30.0  # no record for this long while records are due: give up (faust goes on)
-
-
-def fast_restore(ks, tabledir: Path, table: str, changelog: Changelog) -> int | None:  # noqa: ANN001
-    """Apply the changelog records every partition store of `table` lacks, before faust opens
-    the stores. Returns the records applied, or None when it failed (logged as a warning:
-    faust then recovers what is left from the changelog, from each store's persisted offset)."""
-    began = time.monotonic()
-    try:
-        parts, applied = _restore(ks, tabledir, table, changelog)
-    except Exception as exc:  # noqa: BLE001  (never stops the worker: faust recovers instead)
-        log.warning("fast restore of %s from %s failed after %.1fs (%s: %s); faust recovers the "
-                    "rest from the changelog", table, changelog.topic, time.monotonic() - began,
-                    type(exc).__name__, exc)
-        return None
-    log.info("fast restore of %s from %s: %d partitions, %d changelog records applied in %.2fs",
-             table, changelog.topic, parts, applied, time.monotonic() - began)
-    return applied
-
-
-def _restore(ks, tabledir: Path, table: str, changelog: Changelog) -> tuple[int, int]:  # noqa: ANN001
-    import rocksdict
-
-    due: dict[int, tuple[int, int]] = {}  # partition -> [first, end)
-    for partition, end in sorted(changelog.ends.items()):
-        path = tabledir / f"{table}-{partition}.db"  # faust's Store.partition_path
-        if path.exists():
-            if in_use(path):
-                continue  # prepare has warned
-            store = read_store(partition, path)
-            if store.error is not None:
-                continue  # faust decides
-            persisted = store.offset
-        else:
-            persisted = None
-        span = restore_range(persisted, changelog.starts.get(partition, 0), end)
-        if span is not None:
-            due[partition] = span
-    if not due:
-        return 0, 0
-
-    dbs: dict[int, rocksdict.Rdict] = {}
-    try:
-        for partition in due:
-            options = rocksdict.Options(raw_mode=True)  # as faust's RocksDBOptions.as_options
-            options.create_if_missing(True)
-            dbs[partition] = rocksdict.Rdict(str(tabledir / f"{table}-{partition}.db"),
-                                             options=options)
-        applied = _copy(ks, changelog.topic, due, dbs, "transcript-owner-restore")
-    finally:
-        errors = []
-        for db in dbs.values():  # every store closed, whatever failed: faust opens them next
-            for step in (lambda db=db: db.flush(True), db.close):
-                try:
-                    step()
-                except Exception as exc:  # noqa: BLE001
-                    errors.append(exc)
-        if errors:
-            raise errors[0]
-    return len(due), applied
+RESTORE_IDLE_S = 30.0  # no record for this long while records are due: the restore failed
 
 
 class SettleTimeout(OwnerError):
@@ -407,12 +339,21 @@ def settle(ks, partitions: Iterable[tuple[str, int]], timeout_s: float,  # noqa:
         stable.close()
 
 
+class StaleState(LocalStateError):
+    """Stores are ahead of their changelog, or behind its start (the topic was recreated or
+    truncated under a running worker): they cannot be topped up, only rebuilt."""
+
+    def __init__(self, partitions: list[int], reason: str) -> None:
+        super().__init__(reason)
+        self.partitions = partitions
+
+
 def top_up(ks, topic: str, dbs: Mapping[int, object]) -> int:  # noqa: ANN001
-    """Bring the open partition stores `dbs` (faust's) up to their changelog's end as it is now;
-    returns the records applied. The exactly-once worker calls it when it is assigned
-    partitions, once the last owner's transactions have ended (settle): the changelog is final
-    then, and faust's own recovery, which waits for the offset before a
-    changelog's end and never gets it when that is a transaction marker, has nothing left."""
+    """Bring the open partition stores `dbs` up to their changelog's end as it is now; returns
+    the records applied. The worker calls it (through StateOwner.restore) when it is assigned
+    partitions, exactly-once once the last owners' transactions have ended (settle): the
+    changelog is final then. Raises StaleState, before applying anything, when a store has
+    applied an offset the changelog no longer has (`verdict`)."""
     from kafka import TopicPartition
 
     from workers.kafka_io import consumer
@@ -425,13 +366,27 @@ def top_up(ks, topic: str, dbs: Mapping[int, object]) -> int:  # noqa: ANN001
         starts, ends = c.beginning_offsets(tps), c.end_offsets(tps)  # ends: last stable offsets
     finally:
         c.close()
+    changelog = Changelog(topic, None, {tp.partition: starts[tp] for tp in tps},
+                          {tp.partition: ends[tp] for tp in tps})
     due: dict[int, tuple[int, int]] = {}
+    stale: dict[int, str] = {}
     for tp in tps:
         raw = dbs[tp.partition].get(OFFSET_KEY)
-        persisted = None if raw is None else int(raw)
+        try:
+            persisted = None if raw is None else int(raw)
+        except ValueError:
+            stale[tp.partition] = f"its applied offset {raw[:40]!r} is not a number"
+            continue
+        why = verdict(Store(tp.partition, persisted), changelog, None)
+        if why is not None:
+            stale[tp.partition] = why
+            continue
         span = restore_range(persisted, starts[tp], ends[tp])
         if span is not None:
             due[tp.partition] = span
+    if stale:
+        raise StaleState(sorted(stale), "; ".join(
+            f"partition {p}: {why}" for p, why in sorted(stale.items())))
     return _copy(ks, topic, due, dbs, "transcript-owner-top-up") if due else 0
 
 

@@ -54,12 +54,13 @@ from workers.core.outputs import DIAGNOSTICS, Source
 from workers.core.owner import Owner, apply, record_clock
 from workers.ops.health import Health
 from workers.ops.metrics import Metrics
-from workers.stream.adapter import GroupMember, partition_store
+from workers.stream.adapter import GroupMember
 from workers.stream.batch_send import Record, send_all
 from workers.stream.checkpoints import Checkpointer
 from workers.stream.ingest import Inbox
 from workers.stream.local_state import OFFSET_KEY
 from workers.stream.session_store import SessionStore
+from workers.stream.state_owner import StateOwner
 from workers.stream.transactions import BatchTransactions, Overtaken
 
 log = logging.getLogger("transcript_owner.processor")
@@ -104,7 +105,7 @@ class _Cursor:
 
 class Processor:
     def __init__(
-        self, app: Any, inbox: Inbox, table: Any, owner: Owner, topic_names: dict[str, str],
+        self, app: Any, inbox: Inbox, state: StateOwner, owner: Owner, topic_names: dict[str, str],
         topic_partitions: dict[str, int], committed: CommittedOffsets,
         new_producer: Callable[[], Any], clock: BatchClock, *, max_batch: int = 20_000,
         linger_s: float = 0.001, cache_size: int = 200_000,
@@ -120,7 +121,7 @@ class Processor:
         self.batch_stop_s = batch_stop_s  # SIGTERM: the batch in flight gets this long
         self.clock = clock  # the owner's clock: ticked at the start of each batch
         self.committed, self.new_producer = committed, new_producer
-        self.app, self.inbox, self.table, self.owner = app, inbox, table, owner
+        self.app, self.inbox, self.state, self.owner = app, inbox, state, owner
         self.topic_names = topic_names  # logical -> cluster name
         self.topic_partitions = topic_partitions  # cluster name -> partition count
         self.max_batch, self.linger_s, self.cache_size = max_batch, linger_s, cache_size
@@ -129,8 +130,7 @@ class Processor:
         self._generation: int | None = None
         self._cursors: dict[TP, _Cursor] = {}
         self._cut: set[TP] = set()  # input partitions whose erase cut-over is known
-        self.store = SessionStore(
-            lambda p: partition_store(table, p), owner.dedupe_window, cache_size)
+        self.store = SessionStore(state.db, owner.dedupe_window, cache_size)
         self._partitions: list[int] = []  # the input partitions of this generation
         # exactly-once: per-partition state checkpoints for audit (core/checkpoint_format.py)
         self.checkpoints = checkpoints
@@ -347,7 +347,7 @@ class Processor:
             apply(store, step)
         store.sweep(self._partitions, max(1, len(messages) // SWEEP_SHARE))
         writes = store.take_writes()
-        changelog = self.table.changelog_topic_name
+        changelog = self.state.changelog
         if self.transactions is not None:
             extra = None
             if self.checkpoints is not None and self.checkpoints.due(wall_s):
@@ -374,8 +374,7 @@ class Processor:
         for tp, cursor in self._cursors.items():
             positions.setdefault(tp.partition, {})[tp.topic] = cursor.position
         try:
-            await self._commit_transactions({}, positions, [], self.table.changelog_topic_name,
-                                            extra)
+            await self._commit_transactions({}, positions, [], self.state.changelog, extra)
         except Overtaken as exc:
             # No input message holds a revocation back while this commits (as a batch's do),
             # so a rebalance may overtake it: nothing of it is visible, and its partitions'
@@ -440,7 +439,7 @@ class Processor:
             if tp.topic == source and tp.partition not in positions:
                 positions[tp.partition] = cursor.position
         checkpoints = self.checkpoints
-        extra = checkpoints.take(wall_s, positions, lambda p: partition_store(self.table, p))
+        extra = checkpoints.take(wall_s, positions, self.state.db)
         if done := checkpoints.finished:
             log.info("checkpoints of partitions %s at input offsets %s: %d state keys, %d bytes, "
                      "built in %.3fs", [c.partition for c in done], [c.input_offset for c in done],
@@ -453,10 +452,8 @@ class Processor:
 
     def _apply(self, records: list[Record], offsets: list[int]) -> None:
         """Write changelog records, as written at `offsets`, to the local RocksDB: one write
-        batch per partition that carries the partition's last offset (faust's persisted
-        offset), so a store never claims an offset it has not applied. faust's own
-        apply_changelog_batch does the same from an event object per record, which cost
-        about a tenth of a batch."""
+        batch per partition that carries the partition's last offset (local_state.OFFSET_KEY),
+        so a store never claims an offset it has not applied."""
         import rocksdict
 
         batches: dict[int, Any] = {}
@@ -470,10 +467,10 @@ class Processor:
             else:
                 batch.put(key, value)
             last[partition] = max(offset, last.get(partition, offset))
-        table = self.table
+        db = self.state.db
         for partition, batch in batches.items():
             batch.put(OFFSET_KEY, str(last[partition]).encode())
-            partition_store(table, partition).write(batch)
+            db(partition).write(batch)
 
 
 def _skipped(m: ConsumerMessage, first: int) -> list[ConsumerMessage]:

@@ -33,12 +33,11 @@ from workers.core import (
     seen_key,
 )
 from workers.core.state import CUTOVER_KEY, SEEN_KEYS_FROM, micros, ticket_key
-from workers.stream.adapter import STORE_OWN_KEYS
+from workers.stream.local_state import OWN_KEYS  # a store's own bookkeeping: not sessions
 
 log = logging.getLogger("transcript_owner.state")
 _MICROSECOND = timedelta(microseconds=1)
 
-FAUST_KEYS = STORE_OWN_KEYS  # faust's own bookkeeping keys (the persisted changelog offset)
 Write = tuple[int, bytes, bytes | None]  # (partition, key, value or None for a tombstone)
 
 
@@ -178,7 +177,7 @@ class SessionStore:
                 break
             n += 1
             last = key
-            if (p, key) in self.pending or key.startswith(FAUST_KEYS):
+            if (p, key) in self.pending or key.startswith(OWN_KEYS):
                 continue
             if key.startswith(SEEN_KEYS_FROM):
                 if prefix is None or not key.startswith(prefix):  # sorted: once per session

@@ -1,6 +1,7 @@
-"""The exactly-once takeover at each assignment: the last owners' transactions end, then the
-local state is brought up to the changelog's end, then faust's recovery hands the partitions
-to the processor (the lifecycle: workers/core/lifecycle.py)."""
+"""The takeover at each assignment: exactly-once, the last owners' transactions end first;
+then the state owner closes the stores of partitions that left, opens those that came and reads
+them to the changelog's end; then faust's recovery (no table: it resumes the partitions) hands
+them to the processor (the lifecycle: workers/core/lifecycle.py)."""
 
 from __future__ import annotations
 
@@ -15,27 +16,33 @@ from workers.ops.health import Health
 from workers.ops.metrics import Metrics
 from workers.settings import KafkaSettings
 from workers.stream import local_state
-from workers.stream.adapter import partition_store, replace_table_rebalance
+from workers.stream.adapter import replace_table_rebalance
 from workers.stream.checkpoints import Checkpointer
 from workers.stream.clients import committed_offsets
 from workers.stream.processor import EXIT_FATAL
+from workers.stream.state_owner import StateOwner
 from workers.stream.transactions import BatchTransactions
 
 log = logging.getLogger("transcript_owner.worker")
 
 
-def on_assigned(app, ks: KafkaSettings, transactions: BatchTransactions, input_name: str,  # noqa: ANN001
-                read: frozenset[str], changelog: str, diagnostics: str, table,  # noqa: ANN001
+EXIT_STALE_STATE = 75  # local state ahead of its changelog: discarded, restart me
+
+
+def on_assigned(app, ks: KafkaSettings, transactions: BatchTransactions | None,  # noqa: ANN001
+                input_name: str, read: frozenset[str], diagnostics: str, state: StateOwner,
                 metrics: Metrics, health: Health, checkpoints: Checkpointer | None = None, *,
                 settle_timeout_s: float = 90.0) -> None:
-    """Exactly-once, at each assignment and before faust's table recovery: wait until the
-    partitions' last owners' transactions have ended (their offset commits are stable, and no
-    transaction is open on their changelog and diagnostics partitions), then bring their local
-    state up to the changelog's end, which is final then: a last owner that lost the partitions
-    can no longer commit (its offsets carry an older generation). Only then is the committed
-    offset read (Processor._starts) and input processed. A failure here exits (70): the next
-    start does the same from the beginning."""
-    stable = committed_offsets(ks, app.conf.id)
+    """At each assignment, before faust resumes the partitions. Exactly-once (`transactions`):
+    wait until the partitions' last owners' transactions have ended (their offset commits are
+    stable, and no transaction is open on their changelog and diagnostics partitions), so the
+    changelog is final: a last owner that lost the partitions can no longer commit (its
+    offsets carry an older generation). Then, in both guarantees, the state owner brings the
+    assigned partitions' stores to the changelog's end. Only then is the committed offset read
+    (Processor._starts) and input processed. A failure here exits (70): the next start does
+    the same from the beginning; a store the changelog no longer matches is discarded and the
+    worker exits 75, to restore it at the next start."""
+    stable = committed_offsets(ks, app.conf.id) if transactions is not None else None
     current: list = [None, None]  # the takeover in progress: its task, its superseded flag
 
     async def on_rebalance(assigned, revoked, newly_assigned, generation_id=0):  # noqa: ANN001, ANN202
@@ -44,14 +51,14 @@ def on_assigned(app, ks: KafkaSettings, transactions: BatchTransactions, input_n
         the transaction timeout) outlived the session timeout and lost the assignment. So the
         takeover runs beside it; the partitions stay paused and flow control off until it
         hands them to faust's recovery."""
-        if checkpoints is not None:  # its snapshot would hold a store faust closes and reopens
+        if checkpoints is not None:  # its snapshot would hold a store that may close now
             checkpoints.abandon()
         task, superseded = current
         if task is not None and not task.done():  # a newer assignment: the last one ends first
             superseded.set()
             await asyncio.wait([task])
-        if app.should_stop:  # an assignment that arrives as the worker stops: faust's stores
-            return           # are closing, and the next start takes the partitions over
+        if app.should_stop:  # an assignment that arrives as the worker stops: the next start
+            return           # takes the partitions over
         superseded = threading.Event()
         current[:] = [asyncio.ensure_future(take_over(
             assigned, revoked, newly_assigned, generation_id, superseded)), superseded]
@@ -63,28 +70,36 @@ def on_assigned(app, ks: KafkaSettings, transactions: BatchTransactions, input_n
 
         try:
             mine = sorted({tp.partition for tp in assigned if tp.topic == input_name})
-            health.send(Assigned(generation_id))
-            began = time.monotonic()
-            # this worker's own last incarnation is fenced once its producer holds its id
-            await transactions.start()
-            await stable([tp for tp in assigned if tp.topic in read])
+            began = settled = time.monotonic()
             loop = asyncio.get_running_loop()
-            done = await loop.run_in_executor(None, local_state.settle, ks,
-                                              [(topic, p) for topic in (changelog, diagnostics)
-                                               for p in mine], settle_timeout_s, 0.05, over)
-            if not done or over():
-                return
-            settled = time.monotonic()
-            health.send(Settled())
-            dbs = {p: partition_store(table, p) for p in mine}
-            applied = await loop.run_in_executor(None, local_state.top_up, ks, changelog, dbs)
-            # faust's stores are the only holders again: a stop meanwhile clears them, and a
-            # handle kept here would hold the RocksDB lock against their reopening
-            del dbs
+            if transactions is not None:
+                health.send(Assigned(generation_id))
+                # this worker's own last incarnation is fenced once its producer holds its id
+                await transactions.start()
+                await stable([tp for tp in assigned if tp.topic in read])
+                done = await loop.run_in_executor(
+                    None, local_state.settle, ks,
+                    [(topic, p) for topic in (state.changelog, diagnostics) for p in mine],
+                    settle_timeout_s, 0.05, over)
+                if not done or over():
+                    return
+                settled = time.monotonic()
+                health.send(Settled())
+            await loop.run_in_executor(None, state.assign, mine)
+            applied = await loop.run_in_executor(None, state.restore, ks)
             metrics.restored += applied
-            log.info("assigned input partitions %s: last owners' transactions ended in %.2fs, "
-                     "%d changelog records applied in %.2fs", mine, settled - began, applied,
-                     time.monotonic() - settled)
+            log.info("assigned input partitions %s: %s%d changelog records applied in %.2fs",
+                     mine, "" if transactions is None else
+                     f"last owners' transactions ended in {settled - began:.2f}s, ",
+                     applied, time.monotonic() - settled)
+        except local_state.StaleState as exc:
+            gone = state.discard(exc.partitions)
+            health.send(Fail())
+            log.error("local state is ahead of its changelog (%s): discarded the local state of "
+                      "partitions %s; exiting %d, the next start restores it from the "
+                      "changelog", exc, gone, EXIT_STALE_STATE)
+            logging.shutdown()
+            os._exit(EXIT_STALE_STATE)
         except Exception:
             if over():
                 log.info("the assigned partitions were not taken over: %s",

@@ -1,10 +1,11 @@
-"""`transcript-owner worker`: the faust app, wiring the input, the state table and the processor.
+"""`transcript-owner worker`: the faust app, wiring the input, the state owner and the processor.
 
-faust does what it is good at: group membership and partition assignment, the session table
-on RocksDB, lifecycle and signals. The per-record work is the batch path of
-`workers.stream.processor` (see `workers.stream.ingest` for why not faust's Stream), through
-the worker's own clients (`workers.stream.clients`); at each assignment the exactly-once
-takeover (`workers.stream.takeover`) runs before the partitions are processed.
+faust does what it is good at: group membership and partition assignment, lifecycle and
+signals. The session state has its own owner (`workers.stream.state_owner`: RocksDB per
+partition, restored from the changelog), not a faust table. The per-record work is the batch
+path of `workers.stream.processor` (see `workers.stream.ingest` for why not faust's Stream),
+through the worker's own clients (`workers.stream.clients`); at each assignment the takeover
+(`workers.stream.takeover`) runs before the partitions are processed.
 """
 
 from __future__ import annotations
@@ -45,13 +46,13 @@ from workers.stream.adapter import (
     GroupMember,
     membership,
     on_first_stop_signal,
-    open_partition_stores,
     prompt_table_manager,
 )
 from workers.stream.checkpoints import Checkpointer
 from workers.stream.clients import committed_offsets, producer_factory
 from workers.stream.ingest import Inbox, input_topic, read_committed, scheduler_for
 from workers.stream.processor import EXIT_FATAL, BatchClock, Processor
+from workers.stream.state_owner import StateOwner
 from workers.stream.takeover import on_assigned
 from workers.stream.topic_check import check_topics
 from workers.stream.transactions import BatchTransactions, worker_transactional_id
@@ -60,7 +61,6 @@ if TYPE_CHECKING:
     from workers.ops.http import HttpServer
 
 log = logging.getLogger("transcript_owner.worker")
-EXIT_STALE_STATE = 75  # faust found local state ahead of its changelog: discarded, restart me
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -108,8 +108,7 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         ks.topic_prefix + ws.app_id,
         broker=";".join(f"kafka://{h.strip()}" for h in ks.bootstrap.split(",")),
         broker_credentials=credentials(ks),
-        store="rocksdb://",
-        # per deployment, so that two never share a table (workers.stream.local_state)
+        # per deployment, so that two never share a store (workers.stream.local_state)
         datadir=local_state.deployment_dir(ws.state_dir, ks.topic_prefix, ws.app_id),
         topic_partitions=ws.partitions,
         topic_replication_factor=ks.replication_factor or 1,
@@ -117,10 +116,6 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         # faust creates none, so the worker's principal needs no Create ACL
         topic_allow_declare=False,
         consumer_auto_offset_reset="earliest",
-        # no standby replicas: a standby applies changelog records behind faust's recovery,
-        # which the exactly-once top-up (on_assigned) would race with; a partition that moves
-        # here is read from its last local offset to the changelog's end instead
-        table_standby_replicas=0,
         broker_session_timeout=ws.session_timeout_s,
         # static membership: a restart within the session timeout moves no partition
         consumer_group_instance_id=ws.instance_id,
@@ -140,11 +135,8 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
     exactly_once = ws.processing_guarantee == "exactly_once"
     read_committed(app, offsets_in_transactions=exactly_once)
 
-    sessions = app.Table("sessions", default=None, partitions=ws.partitions,
-                         key_type=bytes, value_type=bytes)
-    # faust derives a table's codecs from its types (json for bytes); SessionState has its own
-    # byte form, so store it as is. Read by the store and changelog when first used.
-    sessions.key_serializer = sessions.value_serializer = "raw"
+    state = StateOwner(Path(app.conf.tabledir), SESSIONS,
+                       changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS))
     clock = BatchClock()
     owner = Owner(
         partitions=ws.partitions, dedupe_window=timedelta(days=ws.dedupe_window_days), clock=clock,
@@ -170,12 +162,10 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
 
         checkpoints = Checkpointer(ks.topic(CHECKPOINTS), ws.checkpoint_interval_s,
                                    ws.checkpoint_keep, ws.checkpoint_keys_per_batch)
-        on_assigned(app, ks, transactions, inbox.topic, inbox.topics,
-                    changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS),
-                    ks.topic(DIAGNOSTICS), sessions, metrics, health, checkpoints,
-                    settle_timeout_s=ws.transaction_timeout_s + 30)
+    on_assigned(app, ks, transactions, inbox.topic, inbox.topics, ks.topic(DIAGNOSTICS), state,
+                metrics, health, checkpoints, settle_timeout_s=ws.transaction_timeout_s + 30)
     processor = Processor(
-        app, inbox, sessions, owner,
+        app, inbox, state, owner,
         {name: ks.topic(name) for name in (CONFIRMATIONS, ENTRIES, DIAGNOSTICS, DLQ, ERASURES)},
         topic_partitions, committed_offsets(ks, app.conf.id), new_producer,
         clock, max_batch=ws.max_batch, linger_s=ws.linger_ms / 1000,
@@ -188,7 +178,7 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         from workers.ops.http import HttpServer
 
         app.add_dependency(_WithApp(HttpServer(
-            http_socket, health, metrics, gauges_reader(app, inbox, sessions, health, metrics)),
+            http_socket, health, metrics, gauges_reader(app, inbox, state, health, metrics)),
             loop=app.loop))
 
     @app.timer(interval=10.0)
@@ -197,10 +187,11 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
             log.info("outcomes so far: %s; inbox high-water %d",
                      dict(sorted(owner.counts.items())), inbox.high_water)
 
-    return app
+    return app, state
 
 
-def gauges_reader(app, inbox: Inbox, table, health: Health, metrics: Metrics):  # noqa: ANN001, ANN201
+def gauges_reader(app, inbox: Inbox, owner: StateOwner, health: Health,  # noqa: ANN001, ANN201
+                  metrics: Metrics):
     """What /metrics reads at each scrape. Lag per input partition: the offsets the consumer
     has not fetched (up to the high watermark it last saw), plus the fetched records no batch
     has taken yet; a transaction marker is passed by the fetch, so it counts only until then."""
@@ -222,7 +213,7 @@ def gauges_reader(app, inbox: Inbox, table, health: Health, metrics: Metrics):  
             if high is not None and position is not None:
                 lag[tp.partition] = max(0, high - position) + held.get(tp.partition, 0)
         g.lag = lag
-        dbs = open_partition_stores(table)  # only stores faust has open: never open one here
+        dbs = owner.open_stores()  # read only: never open one here
         state = {}
         for tp in tps:
             db = dbs.get(tp.partition)
@@ -279,20 +270,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: {counts}", file=sys.stderr)
             return 2
         from faust import Worker
-        from faust.exceptions import ConsistencyError
 
         metrics = Metrics()
-        app = build_app(ks, ws, counts, http_socket, metrics)
+        app, state = build_app(ks, ws, counts, http_socket, metrics)
         tabledir = Path(app.conf.tabledir)
         tabledir.mkdir(parents=True, exist_ok=True)
         local_state.warn_legacy_layout(ws.state_dir, Path(app.conf.datadir))
         changelog = changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS)
         observed = local_state.observe_changelog(ks, changelog)
         local_state.prepare(tabledir, SESSIONS, observed)
-        if os.environ.get("TRANSCRIPT_FAST_RESTORE", "1").strip().lower() not in (
-                "0", "false", "no", "off"):
-            metrics.restored += local_state.fast_restore(  # never raises
-                ks, tabledir, SESSIONS, observed) or 0
     except (local_state.LocalStateError, OSError) as exc:
         print(f"error: local state: {exc}", file=sys.stderr)
         return 2
@@ -304,16 +290,6 @@ def run(args: argparse.Namespace) -> int:
     stop_within(worker, ws.shutdown_timeout_s)
     try:
         worker.execute_from_commandline()  # ends in sys.exit with the worker's exit code
-    except SystemExit:
-        reason = worker.crash_reason
-        if not isinstance(reason, ConsistencyError):
-            raise
-        # the changelog changed under a running worker (e.g. its topic was recreated): faust
-        # has closed the stores; without them the next start restores from the changelog
-        gone = local_state.discard_all(tabledir, SESSIONS)
-        log.error("local state is ahead of its changelog (%s): discarded the local state of "
-                  "%s partitions %s; exiting %d, the next start restores it from the changelog",
-                  " ".join(str(reason).split("\n\n")[0].split()), SESSIONS, gone,
-                  EXIT_STALE_STATE)
-        return EXIT_STALE_STATE
+    finally:
+        state.close()  # the loop has stopped: no batch or restore is using a store
     return 0

@@ -1,0 +1,142 @@
+"""The session state's one owner: the partition stores on local RocksDB and their restore.
+
+Kafka Streams gives a task's stores one restore owner (StoreChangelogReader); so does this
+worker. At each assignment the takeover (workers.stream.takeover) hands `StateOwner` the input
+partitions it owns now: stores of partitions it no longer owns are closed, the others are
+opened (REGISTERED), read from the changelog to its end, read_committed (RESTORING), and then
+serve the batches (READY). No faust table is involved: faust assigns partitions, and this
+module alone opens, restores and closes the stores.
+
+Layout (unchanged from the faust-table era, so local state written then is used as it is):
+TRANSCRIPT_STATE_DIR/<prefix><app id>/v1/tables/sessions-<partition>.db, one RocksDB per input
+partition, holding the session keys (workers/core/state.py) and, under `OFFSET_KEY`, the offset
+of the last changelog record it applied. The changelog keeps its name and records
+(`<prefix><app id>-sessions-changelog`). workers.stream.local_state checks the stores against
+the changelog at start and holds the restore's copy loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Iterable, Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from workers.stream import local_state
+
+log = logging.getLogger("transcript_owner.state")
+
+OPEN_TIMEOUT_S = 30.0  # a store still locked by an exiting process of this state dir
+
+
+class StoreState(StrEnum):
+    REGISTERED = "registered"  # open, not yet read to the changelog's end
+    RESTORING = "restoring"  # the changelog is being applied
+    READY = "ready"  # at the changelog's end: batches read and write it
+
+
+class StateOwner:
+    """The open partition stores of one table, by input partition, and where each one stands."""
+
+    def __init__(self, tabledir: Path, table: str, changelog: str) -> None:
+        self.tabledir, self.table, self.changelog = tabledir, table, changelog
+        self._stores: dict[int, Any] = {}
+        self.states: dict[int, StoreState] = {}
+
+    # --- what the batches use ---------------------------------------------------------------
+
+    def db(self, partition: int) -> Any:
+        """The partition's store (a rocksdict.Rdict). Only partitions of this assignment are
+        open; any other is a wiring error, raised as one (the session store reports it)."""
+        db = self._stores.get(partition)
+        if db is None:
+            raise LookupError(f"the store of partition {partition} is not open (not assigned)")
+        return db
+
+    def open_stores(self) -> Mapping[int, Any]:
+        """The stores open now, for the gauges (read only)."""
+        return self._stores
+
+    # --- the lifecycle: assign, restore, close ------------------------------------------------
+
+    def assign(self, partitions: Iterable[int]) -> None:
+        """Own exactly `partitions` now: close the others, open these; every one is REGISTERED,
+        those it kept too: between two assignments this worker saw, another may have owned a
+        partition and written its changelog (a static member can be reassigned without a
+        revocation it saw), so each is read to the changelog's end again (cheap when nothing
+        is due: one offset lookup)."""
+        wanted = set(partitions)
+        for p in sorted(set(self._stores) - wanted):
+            self._close(p)
+        for p in sorted(wanted):
+            if p not in self._stores:
+                self._stores[p] = self._open(p)
+            self.states[p] = StoreState.REGISTERED
+
+    def restore(self, ks: Any) -> int:
+        """Read every store that is not READY from its applied offset to the changelog's end as
+        it is now (read_committed: an aborted batch's state is never applied); returns the
+        records applied. Blocking (the caller runs it off the event loop). Raises
+        local_state.StaleState when a store cannot be topped up, LocalStateError when the
+        changelog cannot be read."""
+        due = {p: db for p, db in self._stores.items() if self.states[p] != StoreState.READY}
+        if not due:
+            return 0
+        for p in due:
+            self.states[p] = StoreState.RESTORING
+        applied = local_state.top_up(ks, self.changelog, due)
+        for p in due:
+            self.states[p] = StoreState.READY
+        return applied
+
+    def discard(self, partitions: Iterable[int]) -> list[int]:
+        """Close and remove these stores: the next start restores them from the changelog."""
+        gone = []
+        for p in sorted(partitions):
+            if p in self._stores:
+                self._close(p)
+            path = self._path(p)
+            if path.exists():
+                shutil.rmtree(path, ignore_errors=True)
+                gone.append(p)
+        return gone
+
+    def close(self) -> None:
+        """Flush and close every store (a clean stop)."""
+        for p in sorted(self._stores):
+            self._close(p)
+
+    # --- the disk -----------------------------------------------------------------------------
+
+    def _path(self, partition: int) -> Path:
+        return self.tabledir / f"{self.table}-{partition}.db"
+
+    def _open(self, partition: int) -> Any:
+        """Open (or create) the partition's store; while another process of this state dir
+        still holds its lock (it is exiting), retry for a while: two live workers on one state
+        dir are a misconfiguration (prepare warns of it), and then this fails."""
+        import rocksdict
+
+        options = rocksdict.Options(raw_mode=True)
+        options.create_if_missing(True)
+        self.tabledir.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + OPEN_TIMEOUT_S
+        while True:
+            try:
+                return rocksdict.Rdict(str(self._path(partition)), options=options)
+            except Exception as exc:  # noqa: BLE001  (rocksdict raises plain Exception)
+                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                    raise local_state.LocalStateError(
+                        f"cannot open {self._path(partition)}: {exc}") from None
+                time.sleep(0.1)
+
+    def _close(self, partition: int) -> None:
+        db = self._stores.pop(partition)
+        self.states.pop(partition, None)
+        try:
+            db.flush(True)
+        finally:
+            db.close()
