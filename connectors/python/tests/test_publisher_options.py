@@ -4,7 +4,9 @@ is asked (the broker's side: tests/integration/test_python_connector.py)."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
+import threading
 from pathlib import Path
 
 import pytest
@@ -60,6 +62,46 @@ def test_sasl_needs_both_credentials_and_never_shows_them() -> None:
         o.kafka_kwargs()
     assert "KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD are required" in str(caught.value)
     assert "hunter2" not in str(caught.value)
+
+
+def test_who_connects_is_named_without_the_password() -> None:
+    o = publisher_options_from_env({"KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+                                    "KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+                                    "KAFKA_SASL_USERNAME": "gw", "KAFKA_SASL_PASSWORD": "hunter2"})
+    assert o.who() == "KAFKA_SASL_USERNAME='gw' (SASL SCRAM-SHA-512 over SASL_SSL)"
+    assert publisher_options_from_env({}).who() == (
+        "this client (KAFKA_SECURITY_PROTOCOL=PLAINTEXT)")
+
+
+def test_a_port_without_tls_is_refused_at_connect() -> None:
+    """connect() makes one TLS handshake first: a listener that answers in plain text is named
+    at once (kafka-python alone would retry until its bootstrap timeout)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def answer() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(4096)  # the ClientHello
+            conn.sendall(b"HTTP/1.0 400 Bad Request\r\n\r\n")
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+
+    async def run() -> None:
+        p = ConfirmationPublisher(publisher_options_from_env({
+            "KAFKA_BOOTSTRAP": f"127.0.0.1:{port}", "KAFKA_SECURITY_PROTOCOL": "SSL"}))
+        with pytest.raises(PublishError) as caught:
+            async with p:
+                pass
+        assert str(caught.value) == (f"cannot connect: TLS: Kafka at 127.0.0.1:{port} does not "
+                                     "speak TLS on that port (KAFKA_SECURITY_PROTOCOL=SSL)")
+
+    try:
+        asyncio.run(run())
+    finally:
+        thread.join(10)
+        server.close()
 
 
 def test_tls_files_need_a_tls_protocol(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ publisher with the same id fences the first: its next call raises PublishError, 
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +32,15 @@ from typing import Any, Literal, Self, TypeVar
 
 from kafka import KafkaProducer, codec
 from kafka.admin import KafkaAdminClient
-from kafka.errors import KafkaError
+from kafka.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    SaslAuthenticationFailedError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
+    UnsupportedSaslMechanismError,
+    for_code,
+)
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from transcript_connector.builders import BuiltRecord
@@ -128,6 +137,14 @@ class PublisherOptions(BaseModel):
             raise ConnectorError(f"{', '.join(tls)} set, but KAFKA_SECURITY_PROTOCOL="
                                  f"{self.security_protocol} uses no TLS (SSL or SASL_SSL would)")
         return kwargs
+
+    def who(self) -> str:
+        """Who connects, for an error message: the SASL user and mechanism, never the
+        password."""
+        if self.security_protocol.startswith("SASL"):
+            return (f"KAFKA_SASL_USERNAME={self.sasl_username!r} (SASL {self.sasl_mechanism} "
+                    f"over {self.security_protocol})")
+        return f"this client (KAFKA_SECURITY_PROTOCOL={self.security_protocol})"
 
     def _ssl_context(self) -> ssl.SSLContext:
         """TLS 1.2+, the broker's certificate checked against KAFKA_SSL_CAFILE (else the system's
@@ -252,6 +269,8 @@ class ConfirmationPublisher:
         if self._producer is not None:
             return
         kwargs = self.options.kafka_kwargs()
+        await self._call("cannot connect", self._check_tls, kwargs)
+        await self._call("cannot connect", self._check_sasl, kwargs)
         self._partitions = await self._call("cannot connect", self._check_topic, kwargs)
         self._producer = await self._call("cannot connect", self._start_producer, kwargs)
 
@@ -301,10 +320,89 @@ class ConfirmationPublisher:
 
     # --- the blocking side: run on the publisher's thread -------------------------------
 
+    def _check_tls(self, kwargs: dict[str, Any]) -> None:
+        """One TLS handshake with the clients' context, to the first bootstrap server that
+        takes a connection: kafka-python retries a certificate that does not verify (or a port
+        without TLS) until its bootstrap timeout and then says only `Unable to bootstrap`, so
+        an untrusted broker would look like an unreachable one. Anything but a TLS refusal
+        (nothing listening, a time-out) passes: the clients retry and report that themselves."""
+        context: ssl.SSLContext | None = kwargs.get("ssl_context")
+        if context is None:
+            return
+        o = self.options
+        for server in o.bootstrap.split(","):
+            host, _, port = server.strip().rpartition(":")
+            host = host.strip("[]")
+            try:
+                with socket.create_connection((host, int(port)),
+                                              timeout=min(o.request_timeout_ms / 1000, 10)) \
+                        as raw, context.wrap_socket(raw, server_hostname=host):
+                    return
+            except ssl.SSLCertVerificationError as exc:
+                trust = (f"KAFKA_SSL_CAFILE={o.ssl_cafile}" if o.ssl_cafile
+                         else "the system's trust store (KAFKA_SSL_CAFILE is unset)")
+                raise PublishError(
+                    f"cannot connect: TLS: the certificate of Kafka at {server.strip()} did not "
+                    f"verify against {trust}: {exc.verify_message or exc.reason}") from None
+            except ssl.SSLError as exc:
+                if exc.reason == "WRONG_VERSION_NUMBER":
+                    raise PublishError(
+                        f"cannot connect: TLS: Kafka at {server.strip()} does not speak TLS on "
+                        f"that port (KAFKA_SECURITY_PROTOCOL={o.security_protocol})") from None
+            except OSError:
+                pass
+
+    def _check_sasl(self, kwargs: dict[str, Any]) -> None:
+        """One connection as the clients make it (TLS, SASL handshake and authentication), to
+        the first bootstrap server that completes or refuses one: kafka-python's clients retry
+        a failed authentication until their bootstrap timeout (30 s) and then say only `Unable
+        to bootstrap`. Raises SaslAuthenticationFailedError or UnsupportedSaslMechanismError
+        (`_call` names the user, the mechanism and the variables; never the password).
+
+        kafka-python (3.0) drops the broker's error response when the connection's close
+        arrives with it (about every other time) and sees only `socket disconnected`: a close
+        after the broker answered ApiVersions is one in SASL, which the broker does only to
+        refuse; it is tried again for the broker's reason, then refused without it. Anything
+        else (nothing listening, a time-out) passes, as in _check_tls."""
+        if not self.options.security_protocol.startswith("SASL"):
+            return
+        try:
+            from kafka.net import KafkaConnectionManager, NetworkSelector
+        except ImportError:  # another kafka-python's internals: its clients report alone
+            return
+        timeout_ms = min(self.options.request_timeout_ms, 10_000)
+        for server in range(len(self.options.bootstrap.split(","))):
+            for attempt in range(3):
+                net = NetworkSelector(**kwargs)
+                manager = KafkaConnectionManager(net, **kwargs)
+                try:
+                    net.run(_authenticate, manager, server, timeout_ms)
+                except (SaslAuthenticationFailedError, UnsupportedSaslMechanismError):
+                    raise
+                except _ClosedInSasl:
+                    if attempt == 2:
+                        raise SaslAuthenticationFailedError(
+                            "the broker closed the connection during SASL authentication "
+                            "(kafka-python lost its reason)") from None
+                except Exception:  # noqa: BLE001  (not reachable: the clients say so)
+                    break
+                else:
+                    return
+                finally:
+                    manager.close()
+                    net.close()
+
     def _check_topic(self, kwargs: dict[str, Any]) -> int:
         admin = KafkaAdminClient(**kwargs)
         try:
             if self.topic not in admin.list_topics():
+                # not listed: missing, or this principal may not see it (no Describe ACL)
+                (described,) = admin.describe_topics([self.topic])
+                if for_code(described["error_code"]) is TopicAuthorizationFailedError:
+                    raise PublishError(
+                        f"topic {self.topic}: TopicAuthorizationFailedError: "
+                        f"{self.options.who()} is not authorized to describe or write it "
+                        "(nor told whether it exists)")
                 raise PublishError(f"topic {self.topic} does not exist "
                                    "(transcript-owner topics apply creates it)")
             (described,) = admin.describe_topics([self.topic])
@@ -351,6 +449,17 @@ class ConfirmationPublisher:
         with `what` in front (the error's class and message: never a record's content)."""
         try:
             return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *params)
+        except (SaslAuthenticationFailedError, UnsupportedSaslMechanismError) as exc:
+            o = self.options
+            raise PublishError(
+                f"{what}: authentication failed: Kafka at {o.bootstrap} refused {o.who()}; "
+                f"check KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD and KAFKA_SASL_MECHANISM: "
+                f"{_reason(exc)}") from exc
+        except TransactionalIdAuthorizationFailedError as exc:
+            raise PublishError(
+                f"{what}: TransactionalIdAuthorizationFailedError: {self.options.who()} may not "
+                f"use the transactional id {self.options.transactional_id!r} (it needs an ACL "
+                f"allowing Write on it): {_reason(exc)}") from exc
         except KafkaError as exc:
             raise PublishError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
@@ -401,6 +510,34 @@ class ConfirmationPublisher:
             settle, Delivery(meta.topic, meta.partition, meta.offset, record.key)))
         sent.add_errback(lambda exc: loop.call_soon_threadsafe(settle, exc))
         return done
+
+
+async def _authenticate(manager: Any, server: int, timeout_ms: int) -> None:
+    """One connection to bootstrap server `server` (its index), through kafka-python's
+    connection manager: raises what ended its initialisation (TLS, SASL), if anything did."""
+    node_id = manager.cluster.bootstrap_brokers()[server].node_id
+    conn = manager.get_connection(node_id, timeout_ms=timeout_ms, pop_on_close=False,
+                                  refresh_metadata_on_err=False, reset_backoff_on_connect=False)
+    try:
+        await manager.wait_for(conn.init_future, timeout_ms)
+    except KafkaConnectionError as exc:
+        if conn.broker_version_data is not None and "socket disconnected" in str(exc):
+            raise _ClosedInSasl from exc  # ApiVersions was answered: closed in SASL
+        raise
+
+
+class _ClosedInSasl(Exception):
+    """The broker closed the connection after ApiVersions, during SASL: its refusal."""
+
+
+def _reason(exc: BaseException) -> str:
+    """`Class: message`, without kafka-python's repetitions of the class (`[Error 58]
+    SaslAuthenticationFailedError: SaslAuthenticationFailedError: …`)."""
+    name, text = type(exc).__name__, " ".join(str(exc).split())
+    for head in (f"[Error {getattr(exc, 'errno', '')}] {name}: ", f"{name}: "):
+        text = text.removeprefix(head)
+    text = text.removeprefix(f"{name}: ")
+    return f"{name}: {text}" if text else name
 
 
 def _retrieve(ack: asyncio.Future[Delivery]) -> None:
