@@ -9,7 +9,8 @@ connectors/python/tests/e2e/secure_publish.py.
   exactly once) and read by the reader: the committed records' entries, the aborted never;
 - what the trust boundary (DESIGN 1.2) refuses it, and how: transcript.control (no ACL),
   a wrong password, a CA that did not sign the broker's certificate, and a transactional id
-  (topics.yaml grants the connector none).
+  outside the connector's own (topics.yaml: `<prefix><app_id>.connector-*`), the worker's
+  above all.
 """
 
 from __future__ import annotations
@@ -20,22 +21,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from kafka.admin import (
-    ACL,
-    ACLFilter,
-    ACLOperation,
-    ACLPermissionType,
-    ACLResourcePatternType,
-    ResourcePattern,
-    ResourceType,
-)
 
 from tests.conftest import ROOT
 from tests.integration import test_secure
 from tests.integration.harness import (
     Collector,
     WorkerProcess,
-    poll_until,
     replay_entries,
     without_written_at,
 )
@@ -89,43 +80,18 @@ def nothing_in(ks, topic: str) -> bool:
     return sum(end_offsets(ks, topic).values()) == 0
 
 
-@pytest.fixture
-def connector_txn_ids(admin, prefix, applied):
-    """Not in topics.yaml (it grants the connector no transactional id): Write+Describe for
-    User:connector on the transactional ids `<prefix>connector-*`, removed after the test.
-    Yields the prefix of the ids the connector may use."""
-    granted = f"{prefix}connector-"
-    acls = [ACL(principal="User:connector", host="*", operation=op,
-                permission_type=ACLPermissionType.ALLOW,
-                resource_pattern=ResourcePattern(ResourceType.TRANSACTIONAL_ID, granted,
-                                                 ACLResourcePatternType.PREFIXED))
-            for op in (ACLOperation.WRITE, ACLOperation.DESCRIBE)]
-    assert not admin.create_acls(acls)["failed"]
-    pattern = ResourcePattern(ResourceType.TRANSACTIONAL_ID, granted,
-                              ACLResourcePatternType.PREFIXED)
-
-    def visible() -> bool:
-        bindings, _ = admin.describe_acls(ACLFilter(
-            principal="User:connector", host=None, operation=ACLOperation.ANY,
-            permission_type=ACLPermissionType.ANY, resource_pattern=pattern))
-        return len(bindings) == 2
-
-    poll_until(visible, 30, [], "the broker's authorizer shows the connector's grant")
-    yield granted
-    admin.delete_acls([ACLFilter(principal="User:connector", host=None,
-                                 operation=ACLOperation.ANY,
-                                 permission_type=ACLPermissionType.ANY,
-                                 resource_pattern=pattern)])
+# topics.yaml grants the connector the transactional ids "<prefix><app_id>.connector-*"
+CONNECTOR_TXN_IDS = "transcript-owner.connector-"
 
 
 def test_connector_transactions_over_sasl_ssl_decided_by_the_worker(
-        as_user, secure, connector_txn_ids, tmp_path):
+        as_user, secure, applied, prefix, tmp_path):
     """Committed [1, 2], aborted [ghost], committed [3] on one session: the worker, as its own
     principal, writes exactly the committed records' entries (what `replay` of their bytes
     writes); the reader, read_committed, never sees the ghost."""
     peer = f"sec-tx-{uuid.uuid4().hex[:8]}"
     done = run_connector(as_user("connector"), "transactions", tmp_path, E2E_PEER=peer,
-                         E2E_TRANSACTIONAL_ID=f"{connector_txn_ids}gw-1")
+                         E2E_TRANSACTIONAL_ID=f"{prefix}{CONNECTOR_TXN_IDS}gw-1")
     out = result(done)
     published, aborted = out["published"], out["aborted"]
     assert [json.loads(p["value"])["send_id"] for p in published] == ["sec-1", "sec-2", "sec-3"]
@@ -198,18 +164,21 @@ def test_a_ca_that_did_not_sign_the_brokers_certificate_is_refused(as_user, secu
     assert nothing_in(kafka_settings(as_user("admin")), prefix + CONFIRMATIONS)
 
 
-def test_topics_yaml_grants_the_connector_no_transactional_id(as_user, secure, applied, prefix,
-                                                              tmp_path):
-    """The connector principal may write its topic, but topics.yaml gives it no transactional
-    id: a publisher with one is refused at connect (init_transactions), saying so, and
-    nothing lands; the same publish without one goes through."""
+@pytest.mark.parametrize("txn_id", ["connector-gw-1", "transcript-owner-w1"],
+                         ids=["outside-its-ids", "the-workers-ids"])
+def test_the_connector_may_use_only_its_own_transactional_ids(as_user, secure, applied, prefix,
+                                                              tmp_path, txn_id):
+    """topics.yaml grants the connector `<prefix><app_id>.connector-*` only: an id outside it,
+    and above all one of the worker's (`<prefix><app_id>-<worker>`, which would fence a
+    worker's producer), is refused at connect (init_transactions), saying so, and nothing
+    lands; the same publish without a transactional id goes through."""
     line = refusal(run_connector(as_user("connector"), "publish", tmp_path,
-                                 E2E_TRANSACTIONAL_ID=f"{prefix}connector-gw-1"),
+                                 E2E_TRANSACTIONAL_ID=f"{prefix}{txn_id}"),
                    secure["connector"]["KAFKA_SASL_PASSWORD"])
     assert line.startswith("refused: PublishError: cannot connect: "
                            "TransactionalIdAuthorizationFailedError: KAFKA_SASL_USERNAME="
                            f"'connector' (SASL SCRAM-SHA-512 over SASL_SSL) may not use the "
-                           f"transactional id '{prefix}connector-gw-1'"), line
+                           f"transactional id '{prefix}{txn_id}'"), line
     admin_ks = kafka_settings(as_user("admin"))
     assert nothing_in(admin_ks, prefix + CONFIRMATIONS)
 

@@ -172,7 +172,11 @@ def test_repo_acls_give_each_principal_what_it_needs_and_no_more():
     assert worker_transactional_id("p.blue", None, "/s").startswith("p.blue-")
     assert _bindings(acls, "User:connector") == {
         ("topic", "p.delivery.confirmations", "literal", "Write"),
-        ("topic", "p.delivery.confirmations", "literal", "Describe")}
+        ("topic", "p.delivery.confirmations", "literal", "Describe"),
+        # a gateway's own transactions, apart from the worker's "p.blue-": it fences no worker
+        ("transactional_id", "p.blue.connector-", "prefixed", "Write"),
+        ("transactional_id", "p.blue.connector-", "prefixed", "Describe")}
+    assert not "p.blue.connector-x".startswith("p.blue-")
     assert _bindings(acls, "User:reader") == {
         ("topic", "p.transcript.entries", "literal", "Read"),
         ("topic", "p.transcript.entries", "literal", "Describe")}
