@@ -70,3 +70,18 @@ def test_refusals_are_the_workers_dead_letters_word_for_word() -> None:
     assert [(o["outcome"], o.get("error")) for o in outcomes[: len(REFUSED)]] == [
         ("dead_letter", reason) for reason in refusals]
     assert [o["outcome"] for o in outcomes[len(REFUSED):]] == ["written", "reset", "written"]
+
+
+def test_the_publisher_reads_the_workers_variables_with_their_meaning() -> None:
+    """The connector cannot import workers, so it names the variables again: held equal here."""
+    from typing import get_args
+
+    from transcript_connector import publisher
+
+    from workers import settings
+
+    worker = {**settings.ENV, **settings.WORKER_ENV}
+    assert {var: worker.get(var) for var in publisher.ENV} == publisher.ENV  # same name, same field
+    assert get_args(publisher.SecurityProtocol) == get_args(settings.SecurityProtocol)
+    assert get_args(publisher.SaslMechanism) == get_args(settings.SaslMechanism)
+    assert publisher.DEFAULT_PARTITIONS == settings.WorkerSettings().partitions
