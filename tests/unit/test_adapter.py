@@ -237,7 +237,7 @@ ADAPTER = ROOT / "workers" / "stream" / "adapter.py"
 PRIVATE_NAMES = (
     # faust
     "_update_channels", "_create_worker_consumer", "_new_consumer_thread", "_commit", "_thread",
-    "_ensure_consumer",
+    "_ensure_consumer", "__faust",
     # mode
     "_schedule_shutdown", "_signal_stop_time",
     # aiokafka

@@ -316,15 +316,17 @@ def test_assign_closes_the_stores_that_left_and_restores_every_one_it_keeps(tmp_
 
 
 def test_the_stores_bookkeeping_keys_are_the_layout_faust_wrote():
-    """Stores written while a faust table held them keep their applied offset under faust's
-    key: the state owner reads them as they are. A checkpoint never copies a store's
-    bookkeeping, and audit skips it: by this prefix."""
+    """Canary: stores written while a faust table held them keep their applied offset under
+    faust's key (adapter.STORE_OFFSET_KEY): the state owner reads them as they are. A
+    checkpoint never copies a store's bookkeeping, and audit skips it: by this prefix."""
     from faust.stores.rocksdb import Store as FaustStore
 
     from workers.core import checkpoint_format
-    from workers.stream import local_state, session_store
+    from workers.stream import adapter, local_state, session_store
 
-    assert FaustStore.offset_key == local_state.OFFSET_KEY == b"__faust\0offset__"
+    assert FaustStore.offset_key == local_state.OFFSET_KEY == adapter.STORE_OFFSET_KEY, (
+        "faust's Store.offset_key changed: stores a faust table wrote keep their applied "
+        "offset under another key than the state owner reads (they would be restored whole)")
     assert local_state.OFFSET_KEY.startswith(local_state.OWN_KEYS)
     assert session_store.OWN_KEYS is local_state.OWN_KEYS
     assert local_state.OWN_KEYS.startswith(checkpoint_format.BOOKKEEPING)

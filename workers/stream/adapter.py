@@ -14,6 +14,8 @@ process is as safe as one per partition (Kafka Streams' exactly_once_v2). `insta
 teaches aiokafka's sender that request; `GroupMember` is the group id that carries the rest.
 
 The rest, by owner:
+  faust's store layout    `STORE_OFFSET_KEY`, `STORE_OWN_KEYS` (the state owner's stores keep
+                          it: those written by a faust table are read as they are)
   faust's table manager   `prompt_table_manager` (no second's sleep before its recovery
                           service starts), `replace_table_rebalance` (a step between an
                           assignment and faust's recovery, which resumes the partitions). The
@@ -81,6 +83,16 @@ def membership(app: Any) -> Membership:
     (`_ensure_consumer()`) -> GroupCoordinator (`_coordinator`)."""
     coordinator = app.consumer._thread._ensure_consumer()._coordinator
     return Membership(coordinator.generation, coordinator.member_id)
+
+
+# --- faust's RocksDB store layout (faust.stores.rocksdb.Store) ------------------------------
+
+# The key under which faust's store kept, in each partition's RocksDB, the offset of the last
+# changelog record it applied (`Store.offset_key`), and the prefix of its own keys. The worker's
+# state owner keeps this layout (workers.stream.state_owner): stores written while a faust table
+# held them are used as they are.
+STORE_OFFSET_KEY = b"__faust\0offset__"
+STORE_OWN_KEYS = b"__faust"
 
 
 # --- faust's table manager (faust.tables.TableManager) --------------------------------------

@@ -42,13 +42,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workers.core.errors import OwnerError
+from workers.stream.adapter import STORE_OFFSET_KEY, STORE_OWN_KEYS
 
 log = logging.getLogger("transcript_owner.local_state")
 
-# The key a store keeps its applied changelog offset under: faust 0.15's (its rocksdb Store's
-# `offset_key`), kept so that stores written while a faust table held them are used as they are.
-OFFSET_KEY = b"__faust\0offset__"
-OWN_KEYS = b"__faust"  # every key of a store's own bookkeeping begins so: not session state
+# The key a store keeps its applied changelog offset under, and the prefix of every key of its
+# own bookkeeping (not session state): faust's store layout (workers.stream.adapter), kept so
+# that stores written while a faust table held them are used as they are.
+OFFSET_KEY, OWN_KEYS = STORE_OFFSET_KEY, STORE_OWN_KEYS
 LEGACY_TABLES = Path("v1") / "tables"  # the layout before 1.1: one table dir for every deployment
 
 
