@@ -1,8 +1,8 @@
 """The worker's partition-assignment lifecycle as one table: events in, states out. Pure.
 
 Why: the lifecycle was spread over five modules with no test of it as a whole. The settle
-and top-up at each assignment (workers.stream.takeover, `on_assigned`), faust's table recovery
-(through its signals), the cursor check of each generation's first batch
+and restore at each assignment (workers.stream.takeover, `on_assigned`), faust resuming the
+partitions (through its signals), the cursor check of each generation's first batch
 (workers.stream.processor, `_admit`/`_starts`), the phase /readyz reads (workers.ops.health)
 and the stop and the fatal exits each knew a piece. Here, as h11's `_state.py` does for
 HTTP, every transition is in one table and the rest is a few lines of code that say
@@ -23,7 +23,7 @@ happens and acts on the state it gets back.
     state        the worker is ...                                 ready
     STARTING     waiting for its first assignment                  no
     SETTLING     waiting for the last owners' transactions to end  no
-    RESTORING    topping its state up; faust's recovery            no
+    RESTORING    restoring its state; faust resuming               no
     CHECKING     reading where each partition starts               no
     READY        processing                                        yes
     REBALANCING  revoked, waiting for the new assignment           no
@@ -86,7 +86,7 @@ class Settled:
 
 @dataclass(frozen=True)
 class Restored:
-    """The local state is topped up and faust's recovery of the assignment is complete."""
+    """The local state is restored and faust has resumed the assignment's partitions."""
 
     kind: ClassVar[EventKind] = EventKind.RESTORED
 
