@@ -159,7 +159,10 @@ def catch_a_checkpoint_in_flight(ks: KafkaSettings, w: WorkerProcess, timeout: f
                 continue
             w.proc.send_signal(signal.SIGSTOP)
             at = time.time()
-            lso, end = stable.end_offsets(tps), watch.end_offsets(tps)
+            # the end first: a commit marker the broker writes after the stop (the worker sent
+            # EndTxn just before it) lands between two reads; read in this order it makes the
+            # stable offset pass the end, a miss, rather than a closed transaction look open
+            end, lso = watch.end_offsets(tps), stable.end_offsets(tps)
             opened = {tp.partition: (lso[tp], end[tp]) for tp in tps if lso[tp] < end[tp]}
             if opened and (not mid_copy or any(
                     r.key.startswith(b"c/") and json.loads(r.value)["chunk"] > 0
