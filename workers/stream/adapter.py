@@ -17,7 +17,9 @@ The rest, by owner:
   faust's store layout    `STORE_OFFSET_KEY`, `STORE_OWN_KEYS` (the state owner's stores keep
                           it: those written by a faust table are read as they are)
   faust's table manager   `prompt_table_manager` (no second's sleep before its recovery
-                          service starts), `replace_table_rebalance` (a step between an
+                          service starts; a stop waits for `before_leave` first: faust stops
+                          its tables after the streams' acks and before the consumer leaves
+                          the group), `replace_table_rebalance` (a step between an
                           assignment and faust's recovery, which resumes the partitions). The
                           worker declares no faust table: its state has its own owner
                           (workers.stream.state_owner)
@@ -109,10 +111,19 @@ def prompt_table_manager() -> type:
         tables declared after the app starts, and the worker declares none): every start,
         restart and rebalance test runs through this."""
 
+        # awaited as faust stops, before its consumer leaves the group (App._stop_consumer
+        # stops the tables after waiting for the streams' acks, then the consumer)
+        before_leave: Callable[[], Awaitable[None]] | None = None
+
         async def on_start(self) -> None:
             if not self.should_stop:
                 await self._update_channels()
                 await self.recovery.start()
+
+        async def on_stop(self) -> None:
+            if self.before_leave is not None:
+                await self.before_leave()
+            await super().on_stop()
 
     return PromptTableManager
 

@@ -143,6 +143,9 @@ class Processor:
         self.producer: Any = None
         # exactly-once: the last batch's commit (2-4 above) while the next one is decided
         self._in_flight: asyncio.Future | None = None
+        self._commits = 0  # transactions open (settle)
+        self._no_commit = asyncio.Event()
+        self._no_commit.set()
         self._generation: int | None = None
         self._cursors: dict[TP, _Cursor] = {}
         self._cut: set[TP] = set()  # input partitions whose erase cut-over is known
@@ -150,6 +153,18 @@ class Processor:
         self._partitions: list[int] = []  # the input partitions of this generation
         # exactly-once: per-partition state checkpoints for audit (core/checkpoint_format.py)
         self.checkpoints = checkpoints
+
+    async def settle(self) -> None:
+        """The worker stops: the transactions open now commit (at most the batch's stop time)
+        before faust's consumer leaves the group, as their offsets carry this member and the
+        group refuses them once it has left. A batch's input messages hold faust's stop by
+        themselves (it waits for their acks); a quiet partition's checkpoint has none."""
+        if not self._no_commit.is_set():
+            try:
+                await asyncio.wait_for(self._no_commit.wait(), self.batch_stop_s)
+            except TimeoutError:
+                log.warning("stopping: a transaction still open after %.0fs; leaving the group",
+                            self.batch_stop_s)
 
     async def run(self) -> None:
         batch: asyncio.Future | None = None
@@ -478,7 +493,15 @@ class Processor:
         records.extend(state)  # a session's state lives in its input partition's changelog
         offsets = {(topic, p): offset for p, by_topic in next_offset.items()
                    for topic, offset in by_topic.items()}
-        written = await self.transactions.commit(records, offsets, self.member(self._generation))
+        self._commits += 1
+        self._no_commit.clear()
+        try:
+            written = await self.transactions.commit(records, offsets,
+                                                     self.member(self._generation))
+        finally:
+            self._commits -= 1
+            if not self._commits:
+                self._no_commit.set()
         checkpoints, diagnostics = self.checkpoints, self.topic_names.get(DIAGNOSTICS)
         if checkpoints is not None:
             for p, (first, end) in outputs.items():
