@@ -108,7 +108,6 @@ class Worker:
     def commit(self) -> list[Write]:
         writes = self.store.take_writes()
         self.stores.apply(writes)
-        self.store.landed()
         return writes
 
     def restart(self) -> None:
@@ -581,55 +580,3 @@ def test_a_migrated_store_decides_as_its_decoded_state(
         stores.apply(store.take_writes())
     for db in stores.dbs:  # every format-1 record is gone
         assert all(k.startswith((b'["h",', b'["s",')) for k in db.data)
-
-
-# --- writes in flight (exactly-once: the next batch is decided while the last one commits) ---
-
-
-def test_the_next_batch_reads_the_writes_in_flight_before_the_store() -> None:
-    stores = FakeStores()
-    w = Worker(stores)
-    first = w.handle(confirmation())
-    writes = w.store.take_writes()  # sent, its transaction not committed: the store is behind
-    assert stores.dbs[0].data == {} and w.store.pending == {}
-    w.store._heads.clear()  # the reads below go to the layers, not the head cache
-    assert w.store.head(KEY) == first.head
-    assert kinds([w.handle(confirmation()), w.handle(confirmation(send_id="b"))]) == [
-        "duplicate", "written"]
-    stores.apply(writes)
-    w.store.landed()
-    assert w.store.in_flight == {}
-    assert w.handle(confirmation(send_id="c")).decided.entry.seq == 3  # type: ignore[union-attr]
-
-
-def test_the_sweep_leaves_keys_in_flight_alone() -> None:
-    """The store still holds the old value of a key in flight: expiring it by that value would
-    tombstone a send_id just remembered anew."""
-    stores, _ = seeded()
-    w = Worker(stores, window=DAY)
-    again = w.handle(confirmation(send_id="old"))  # expired: remembered anew
-    assert again.outcome == "written"
-    in_flight = w.store.take_writes()
-    w.store.sweep([0], budget=1000)
-    swept = dict(((p, k), v) for p, k, v in w.store.take_writes())
-    assert (0, seen_key(KEY, "old")) not in swept
-    stores.apply(in_flight)
-    stores.apply([(p, k, v) for (p, k), v in swept.items()])
-    w.restart()
-    assert w.handle(confirmation(send_id="old")).outcome == "duplicate"
-
-
-def test_an_erase_tombstones_send_ids_still_in_flight() -> None:
-    from tests.unit.test_erasure import erase
-
-    stores = FakeStores()
-    w = Worker(stores)
-    w.handle(confirmation(send_id="a"))
-    w.commit()
-    w.handle(confirmation(send_id="b"))
-    in_flight = w.store.take_writes()  # "b" is in no store yet
-    assert w.handle(erase()).outcome == "erased"
-    stores.apply(in_flight)
-    w.store.landed()
-    w.commit()
-    assert not any(k.startswith(seen_key(KEY, "")[:-3]) for k in stores.dbs[0].data)

@@ -2,8 +2,7 @@
 
 For each batch, in this order (docs/guarantees.md, "Processing guarantee"):
   1. decide every record (core) against the session store (workers.stream.session_store: the batch's
-     pending writes over the last batch's writes in flight over the local RocksDB), then one
-     bounded upkeep slice (expiry, migration);
+     pending writes over the local RocksDB), then one bounded upkeep slice (expiry, migration);
   2. exactly-once (the default): one Kafka transaction holds the batch's outputs (entries,
      diagnostics, dead letters, re-keyed records), its state changes (changelog records), the
      checkpoint parts due and the next offsets of every input partition in it, committed
@@ -11,18 +10,9 @@ For each batch, in this order (docs/guarantees.md, "Processing guarantee"):
      at-least-once: all outputs are sent and acked, then the state changes (changelog);
   3. only then are the state changes written to the local RocksDB, and
   4. the input messages acked: faust's bookkeeping (and, at-least-once, its offset commit).
-Exactly-once, with a backlog (at least PIPELINE_FROM messages waiting), 2-4 of a batch run
-while the next batch is taken and decided (1): a batch's transaction is mostly waiting on the
-broker, and deciding a large batch takes longer than committing one. Without a backlog the next
-batch is taken once the last one landed, or it would leave out what arrives during the commit
-and those records would wait for two commits. Transactions stay one at a time: the next one
-begins when the last one has committed and landed locally. A batch waits for the one in flight
-before it reads the local store directly (a checkpoint) and before a new generation's starts
-are read.
-A transaction that fails exits the worker (70) with nothing of the batch applied locally (nor of
-the batch decided behind it): the next owner of each partition waits for the transactions open
-on it to end, reads the changelog to its end and starts at the committed offsets, so nothing is
-repeated or skipped.
+A transaction that fails exits the worker (70) with nothing of the batch applied locally: the
+next owner of each partition waits for the transactions open on it to end, reads the changelog
+to its end and starts at the committed offsets, so nothing is repeated or skipped.
 At-least-once, a crash between 2 and 3 repeats entries (same key, same content); nothing is
 ever skipped.
 
@@ -76,10 +66,6 @@ from workers.stream.transactions import BatchTransactions, Overtaken
 log = logging.getLogger("transcript_owner.processor")
 EXIT_FATAL = 70
 SWEEP_SHARE = 4  # a batch's upkeep slice (expiry, migration): a quarter as many stored keys
-# a backlog: messages waiting in the inbox for the next batch to be decided while the last one
-# commits (about 20-50 ms of deciding, several commits' time). Measured with the pipeline always
-# on: exactly-once p99 at 5,000/s 107 ms against 59 ms without it, the batches taken too early.
-PIPELINE_FROM = 1000
 _LARGE_GAP = 1000  # a skipped range this long is worth a warning (records lost to retention?)
 
 # the group's committed offsets for these partitions (None where nothing is committed)
@@ -141,10 +127,7 @@ class Processor:
         self.max_batch, self.linger_s, self.cache_size = max_batch, linger_s, cache_size
         self.source_name = inbox.topic
         self.producer: Any = None
-        # exactly-once: the last batch's commit (2-4 above) while the next one is decided
-        self._in_flight: asyncio.Future | None = None
-        self._commits = 0  # transactions open (settle)
-        self._no_commit = asyncio.Event()
+        self._no_commit = asyncio.Event()  # no transaction open (settle)
         self._no_commit.set()
         self._generation: int | None = None
         self._cursors: dict[TP, _Cursor] = {}
@@ -155,8 +138,8 @@ class Processor:
         self.checkpoints = checkpoints
 
     async def settle(self) -> None:
-        """The worker stops: the transactions open now commit (at most the batch's stop time)
-        before faust's consumer leaves the group, as their offsets carry this member and the
+        """The worker stops: the transaction open now commits (at most the batch's stop time)
+        before faust's consumer leaves the group, as its offsets carry this member and the
         group refuses them once it has left. A batch's input messages hold faust's stop by
         themselves (it waits for their acks); a quiet partition's checkpoint has none."""
         if not self._no_commit.is_set():
@@ -175,54 +158,34 @@ class Processor:
             else:
                 await self.transactions.start()
             while not self.app.should_stop:
-                if self._in_flight is not None and len(self.inbox) < PIPELINE_FROM:
-                    await self._landed()  # no backlog: take the next batch when this one landed
                 messages = await self.inbox.take(self.max_batch, self.linger_s, self._quiet_s())
                 # shielded: a stop (SIGTERM) lets the batch in flight finish (see below)
                 batch = asyncio.ensure_future(self._batch(messages))
                 await asyncio.shield(batch)
                 batch = None
-            await self._landed()
         except asyncio.CancelledError:
             await asyncio.shield(self._stop(batch))
             raise
         except Exception:
-            self._fatal()
-
-    def _fatal(self) -> None:
-        self.health.send(Fail())
-        log.exception("fatal: the batch could not be processed or committed; exiting with "
-                      "none of it applied locally (its offsets are not committed)")
-        logging.shutdown()
-        os._exit(EXIT_FATAL)
-
-    async def _landed(self) -> None:
-        """The batch in flight has committed and is in the local store (or the worker exits).
-        Shielded: a stop lets it finish (see _stop)."""
-        in_flight = self._in_flight
-        if in_flight is not None:
-            await asyncio.shield(in_flight)
-            self._in_flight = None
+            self.health.send(Fail())
+            log.exception("fatal: the batch could not be processed or committed; exiting with "
+                          "none of it applied locally (its offsets are not committed)")
+            logging.shutdown()
+            os._exit(EXIT_FATAL)
 
     async def _stop(self, batch: asyncio.Future | None) -> None:
-        """The worker is stopping: the batches in flight commit (or, past the shutdown timeout,
-        their transaction aborts), then the producer closes."""
-        for slot in ("batch", "in flight"):  # the batch being decided, then the one in flight
-            what = batch if slot == "batch" else self._in_flight
-            if what is None or what.done():
-                continue
+        """The worker is stopping: the batch in flight commits (or, past the shutdown timeout,
+        its transaction aborts), then the producer closes."""
+        if batch is not None and not batch.done():
             log.info("stopping: finishing the batch in flight (at most %.0fs)",
                      self.batch_stop_s)
             try:
-                await asyncio.wait_for(asyncio.shield(what), self.batch_stop_s)
+                await asyncio.wait_for(asyncio.shield(batch), self.batch_stop_s)
             except TimeoutError:
-                for task in (batch, self._in_flight):
-                    if task is not None:
-                        task.cancel()  # its transaction aborts: nothing of it is visible
+                batch.cancel()  # its transaction aborts: nothing of it is visible
                 log.warning("stopping: the batch in flight did not finish within %.0fs; its "
                             "transaction is aborted and it is processed again after the "
                             "restart", self.batch_stop_s)
-                break
             except Exception:
                 log.exception("fatal: the batch in flight failed while stopping")
                 logging.shutdown()
@@ -248,20 +211,15 @@ class Processor:
     async def _batch(self, messages: list) -> None:
         live, skipped = await self._admit(messages)
         if live:
+            began = time.monotonic()
             self.health.batch_started()
-            await self._process(live, skipped, time.monotonic())
+            dead, written = await self._process(live)
+            self.metrics.committed(self.owner.counts, len(live), began, dead, written)
+            self.health.batch_done()
         elif not messages and self.checkpoints is not None and self._cursors:
-            await self._landed()
             self.health.batch_started()
             await self._quiet_checkpoint()
             self.health.batch_done()
-
-    def _done(self, live: list, skipped: list, began: float, dead: list[str | None],
-              written: list[float], counts: dict[str, int]) -> None:
-        """A batch is committed and landed: its metrics (`counts`: the outcomes up to it), and
-        its messages acked (faust's bookkeeping)."""
-        self.metrics.committed(counts, len(live), began, dead, written)
-        self.health.batch_done()
         ack = self.app.consumer.ack  # what Message.ack ends in, without its refcount
         for m in live:
             ack(m)
@@ -280,7 +238,6 @@ class Processor:
             generation = app.consumer_generation_id
             if generation == self._generation:
                 break
-            await self._landed()  # its offsets are committed and its state local: then read them
             cursors = await self._starts()
             if app.consumer_generation_id == generation and app.flow_control.is_active():
                 self._generation, self._cursors = generation, cursors
@@ -360,8 +317,9 @@ class Processor:
         for tp, end in ends.items():
             self.checkpoints.diagnostics_next[tp.partition] = end
 
-    async def _process(self, messages: list, skipped: list, began: float) -> None:
-        """Decide a batch; commit, apply and ack it (exactly-once: in flight, see the top)."""
+    async def _process(self, messages: list) -> tuple[list[str | None], list[float]]:
+        """Decide, commit and apply a batch; the dead letters' reasons and the broker timestamps
+        of the records that wrote entries (for the metrics)."""
         handle: Callable = self.owner.handle
         store = self.store
         names, counts = self.topic_names, self.topic_partitions
@@ -402,39 +360,19 @@ class Processor:
                     sends.append((topic, partition, o.key, o.value, o.headers))
             apply(store, step)
         store.sweep(self._partitions, max(1, len(messages) // SWEEP_SHARE))
+        writes = store.take_writes()
         changelog = self.state.changelog
         if self.transactions is not None:
-            await self._landed()  # transactions one at a time, over the state the last one left
             extra = None
             if self.checkpoints is not None and self.checkpoints.due(wall_s):
-                extra = self._checkpoint(messages, wall_s)  # reads the store: after _landed
-            writes = store.take_writes()
-            self._in_flight = asyncio.ensure_future(self._commit_in_flight(
-                by_partition, next_offset, writes, changelog, extra,
-                (messages, skipped, began, dead, written, dict(self.owner.counts))))
-            return
-        writes = store.take_writes()
+                extra = self._checkpoint(messages, wall_s)
+            await self._commit_transactions(by_partition, next_offset, writes, changelog, extra)
+            return dead, written
         await send_all(self.producer, [r for rs in by_partition.values() for r in rs])
         if writes:
             records = [(changelog, p, k, v, ()) for p, k, v in writes]
             self._apply(records, await send_all(self.producer, records))
-        store.landed()
-        self._done(messages, skipped, began, dead, written, self.owner.counts)
-
-    async def _commit_in_flight(self, by_partition: dict[int, list[Record]],
-                                next_offset: dict[int, dict[str, int]], writes: list,
-                                changelog: str, extra: dict[int, list[Record]] | None,
-                                done: tuple) -> None:
-        """2-4 of a batch, beside the next batch's 1. A failure exits here, at once: the batch
-        behind it must not begin."""
-        try:
-            self.health.batch_started()
-            await self._commit_transactions(by_partition, next_offset, writes, changelog, extra)
-            self._done(*done)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            self._fatal()
+        return dead, written
 
     async def _quiet_checkpoint(self) -> None:
         """No input came for a while: the checkpoints due, in a transaction of their own. It
@@ -493,22 +431,18 @@ class Processor:
         records.extend(state)  # a session's state lives in its input partition's changelog
         offsets = {(topic, p): offset for p, by_topic in next_offset.items()
                    for topic, offset in by_topic.items()}
-        self._commits += 1
-        self._no_commit.clear()
+        self._no_commit.clear()  # one at a time: the batches and quiet checkpoints are serial
         try:
             written = await self.transactions.commit(records, offsets,
                                                      self.member(self._generation))
         finally:
-            self._commits -= 1
-            if not self._commits:
-                self._no_commit.set()
+            self._no_commit.set()
         checkpoints, diagnostics = self.checkpoints, self.topic_names.get(DIAGNOSTICS)
         if checkpoints is not None:
             for p, (first, end) in outputs.items():
                 checkpoints.note_sent(p, diagnostics, by_partition[p], written[first:end])
         if state:
             self._apply(state, written[len(records) - len(state):])
-        self.store.landed()
 
     def _checkpoint(self, messages: list, wall_s: float) -> dict[int, list[Record]]:
         """This batch's share of the checkpoints due (at most `keys_per_batch` state keys in

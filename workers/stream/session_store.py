@@ -2,10 +2,7 @@
 
 Layout (workers/core/state.py): a small head per session and one record per remembered
 send_id. During a batch, writes wait in `pending` (read before the store, so a batch sees its
-own writes); the processor takes them (`take_writes`), sends them to the changelog and then
-applies them locally (`landed`). Between the two they are `in_flight`, read after `pending`
-and before the store: exactly-once, the next batch is decided while the last one's transaction
-commits (workers.stream.processor), over the state that transaction leaves.
+own writes); the processor sends them to the changelog and then applies them locally.
 
 Two kinds of upkeep ride on the batches, a bounded slice each (`sweep`):
 - expiry: a send_id the session clock has left more than the dedupe window behind is
@@ -57,8 +54,6 @@ class SessionStore:
         self.db_for, self.window, self.cache_size = db_for, dedupe_window, cache_size
         self.partition = 0
         self.pending: dict[tuple[int, bytes], bytes | None] = {}
-        # the writes taken for the changelog, not yet in the local store (one batch's at most)
-        self.in_flight: dict[tuple[int, bytes], bytes | None] = {}
         self._heads: dict[str, SessionHead] = {}
         self._seen: dict[tuple[str, str], Seen] = {}  # this batch's, decoded
         self._cursors: dict[int, bytes] = {}
@@ -133,7 +128,7 @@ class SessionStore:
         for k in [k for k in self._seen if k[0] == key]:
             del self._seen[k]
         prefix = seen_key(key, "")[:-3]  # ["s",<session>,   (the JSON of "" and "]" cut)
-        for (q, k) in [*self.pending, *self.in_flight]:
+        for (q, k) in list(self.pending):
             if q == p and k.startswith(prefix):
                 self.pending[(q, k)] = None
         for k, _ in self._items(p, prefix):
@@ -144,27 +139,20 @@ class SessionStore:
             self.pending[(p, key.encode())] = None
 
     def take_writes(self) -> list[Write]:
-        """The batch's writes, in the order made, now in flight until `landed` (they replace
-        the last batch's: the processor lands a batch before it takes the next one's); the
-        batch's own seen cache is dropped."""
+        """The batch's writes, in the order made; the batch's own seen cache is dropped."""
         writes = [(p, k, v) for (p, k), v in self.pending.items()]
-        self.in_flight, self.pending = self.pending, {}
+        self.pending.clear()
         self._seen.clear()
         if len(self._heads) > self.cache_size:
             for key in list(self._heads)[: len(self._heads) // 2]:
                 del self._heads[key]
         return writes
 
-    def landed(self) -> None:
-        """The writes taken last are in the local store now."""
-        self.in_flight = {}
-
     def forget_cache(self) -> None:
         """After a rebalance: another worker may have owned these sessions meanwhile."""
         self._heads.clear()
         self._seen.clear()
         self.pending.clear()
-        self.in_flight = {}
         self._cursors.clear()
 
     # --- upkeep ---------------------------------------------------------------------------
@@ -189,9 +177,8 @@ class SessionStore:
                 break
             n += 1
             last = key
-            if (p, key) in self.pending or (p, key) in self.in_flight \
-                    or key.startswith(OWN_KEYS):
-                continue  # written since the store was: the store's value is not the state
+            if (p, key) in self.pending or key.startswith(OWN_KEYS):
+                continue
             if key.startswith(SEEN_KEYS_FROM):
                 if prefix is None or not key.startswith(prefix):  # sorted: once per session
                     prefix, clock_us = self._session_of(key)
@@ -249,12 +236,9 @@ class SessionStore:
     # --- the store ------------------------------------------------------------------------
 
     def _get(self, key: bytes) -> bytes | None:
-        at = (self.partition, key)
-        if at in self.pending:
-            return self.pending[at]
-        if at in self.in_flight:
-            return self.in_flight[at]
         p = self.partition
+        if (p, key) in self.pending:
+            return self.pending[(p, key)]
         try:
             return self.db_for(p).get(key)
         except Exception as exc:  # noqa: BLE001  (the local store failed: infrastructure)
