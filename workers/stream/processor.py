@@ -127,8 +127,6 @@ class Processor:
         self.max_batch, self.linger_s, self.cache_size = max_batch, linger_s, cache_size
         self.source_name = inbox.topic
         self.producer: Any = None
-        self._no_commit = asyncio.Event()  # no transaction open (settle)
-        self._no_commit.set()
         self._generation: int | None = None
         self._cursors: dict[TP, _Cursor] = {}
         self._cut: set[TP] = set()  # input partitions whose erase cut-over is known
@@ -136,18 +134,6 @@ class Processor:
         self._partitions: list[int] = []  # the input partitions of this generation
         # exactly-once: per-partition state checkpoints for audit (core/checkpoint_format.py)
         self.checkpoints = checkpoints
-
-    async def settle(self) -> None:
-        """The worker stops: the transaction open now commits (at most the batch's stop time)
-        before faust's consumer leaves the group, as its offsets carry this member and the
-        group refuses them once it has left. A batch's input messages hold faust's stop by
-        themselves (it waits for their acks); a quiet partition's checkpoint has none."""
-        if not self._no_commit.is_set():
-            try:
-                await asyncio.wait_for(self._no_commit.wait(), self.batch_stop_s)
-            except TimeoutError:
-                log.warning("stopping: a transaction still open after %.0fs; leaving the group",
-                            self.batch_stop_s)
 
     async def run(self) -> None:
         batch: asyncio.Future | None = None
@@ -431,12 +417,7 @@ class Processor:
         records.extend(state)  # a session's state lives in its input partition's changelog
         offsets = {(topic, p): offset for p, by_topic in next_offset.items()
                    for topic, offset in by_topic.items()}
-        self._no_commit.clear()  # one at a time: the batches and quiet checkpoints are serial
-        try:
-            written = await self.transactions.commit(records, offsets,
-                                                     self.member(self._generation))
-        finally:
-            self._no_commit.set()
+        written = await self.transactions.commit(records, offsets, self.member(self._generation))
         checkpoints, diagnostics = self.checkpoints, self.topic_names.get(DIAGNOSTICS)
         if checkpoints is not None:
             for p, (first, end) in outputs.items():

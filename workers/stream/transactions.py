@@ -66,6 +66,8 @@ class BatchTransactions:
         self.new_producer, self.transactional_id = new_producer, transactional_id
         self.producer: Any = None
         self._starting = asyncio.Lock()
+        self._idle = asyncio.Event()  # no transaction open (settle); commits are one at a time
+        self._idle.set()
         self.results = {"committed": 0, "aborted": 0}  # transactions so far (the metrics)
 
     async def start(self) -> None:
@@ -90,11 +92,33 @@ class BatchTransactions:
         if producer is not None:
             await producer.stop()
 
+    async def settle(self, timeout_s: float) -> None:
+        """The worker stops: the transaction open now ends (at most `timeout_s`) before faust's
+        consumer leaves the group, as its offsets carry this member and the group refuses them
+        once it has left. A batch's input messages hold faust's stop by themselves (it waits for
+        their acks); a quiet partition's checkpoint has none."""
+        if self._idle.is_set():
+            return
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
+            log.warning("stopping: a transaction still open after %.0fs; leaving the group",
+                        timeout_s)
+
     async def commit(self, records: Sequence[Record], next_offsets: Mapping[tuple[str, int], int],
                      member: GroupMember) -> list[int]:
         """Send `records` and commit the input offsets `next_offsets` ((topic, partition) ->
         the next offset to read) as `member` in one transaction; the offsets the records were
         written at."""
+        self._idle.clear()
+        try:
+            return await self._transaction(records, next_offsets, member)
+        finally:
+            self._idle.set()
+
+    async def _transaction(self, records: Sequence[Record],
+                           next_offsets: Mapping[tuple[str, int], int],
+                           member: GroupMember) -> list[int]:
         producer = self.producer
         if producer is None:
             raise TransactionFailed("the transactional producer is not started")

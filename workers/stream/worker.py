@@ -174,9 +174,11 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         checkpoints=checkpoints,
     )
     app.task(processor.run)
-    # a quiet partition's checkpoint has no input message to hold faust's stop (it waits for
-    # acks), and its offsets carry this member: it commits before the member leaves the group
-    app.tables.before_leave = processor.settle
+    if transactions is not None:
+        # a quiet partition's checkpoint has no input message to hold faust's stop (it waits
+        # for acks), and its offsets carry this member: it commits before the member leaves
+        stop_s = processor.batch_stop_s
+        app.tables.before_leave = lambda: transactions.settle(stop_s)
     if http_socket is not None:
         from workers.ops.http import HttpServer
 
