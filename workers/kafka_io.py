@@ -2,7 +2,8 @@
 tests and the bench; `polls` is the one loop that reads them (read_committed, to the end
 offsets or on as records are written).
 
-The worker itself talks to Kafka through faust; these are the plain clients around it.
+The worker itself talks to Kafka through faust, and restores its state with aiokafka
+(workers/stream/local_state.py); these are the plain clients around it.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ confirmation, `audit` and `sink` exited 2. Here confirmations are published thro
 session so that a real compressed batch forms (checked in the broker's own log segments);
 the worker writes them all and stays up, and `audit --strict`, `sink` and `show` read them.
 Then entries compressed by kafka-python with each codec are read by kafka_io.read (the
-client `forget` and restore read with too), `sink` and `show`: the worker does not compress
-its output, a mirror or a re-publisher may.
+client `forget` reads with too), `sink` and `show`: the worker does not compress its output,
+a mirror or a re-publisher may. (The restore reads the changelog with aiokafka: test_transactions.)
 """
 
 from __future__ import annotations

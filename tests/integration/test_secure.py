@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import socket
 import ssl
 import struct
@@ -271,6 +273,23 @@ def test_the_exactly_once_worker_end_to_end_as_its_own_principal(as_user, secure
     log = w.log.read_text(errors="replace")
     # the exactly-once path: the takeover (its transactional producer started) ran
     assert "last owners' transactions ended" in log
+    assert "AuthorizationFailed" not in log and "not authorized" not in log.lower()
+    assert secure["worker"]["KAFKA_SASL_PASSWORD"] not in log
+
+    # its local state gone, the next start restores it from the changelog as the same
+    # principal, over the same SASL_SSL settings (the restore's reader is aiokafka's)
+    shutil.rmtree(tmp_path / "state")
+    again = WorkerProcess(as_user("worker"), tmp_path / "state", tmp_path / "again.log").start()
+    try:
+        poll_until(lambda: "changelog records applied" in again.log.read_text(errors="replace"),
+                   120, [again], "the restore's log line")
+        assert again.stop() == 0, again.tail()
+    finally:
+        if again.alive():
+            again.kill()
+    log = again.log.read_text(errors="replace")
+    applied_n = [int(n) for n in re.findall(r"(\d+) changelog records applied", log)]
+    assert applied_n and applied_n[0] > 0, log[-3000:]
     assert "AuthorizationFailed" not in log and "not authorized" not in log.lower()
     assert secure["worker"]["KAFKA_SASL_PASSWORD"] not in log
 

@@ -253,3 +253,36 @@ def test_top_up_applies_committed_changelog_records_and_skips_aborted_ones(env, 
         assert local_state.top_up(ks, changelog, {1: db}) == 0  # nothing left
     finally:
         db.close()
+
+
+def test_top_up_reads_a_changelog_compressed_in_every_codec(env, topics, tmp_path,
+                                                           kafka_bootstrap):
+    """The worker writes its changelog uncompressed, but a topic's compression.type (or a
+    mirror) may store it in any codec: the restore's reader (aiokafka) takes each."""
+    import rocksdict
+    from kafka import KafkaProducer
+
+    from tests.integration.test_codecs import CODECS, assert_compressed
+
+    ks = kafka_settings(env)
+    changelog = changelog_topic(ks.topic_prefix, "transcript-owner", "sessions")
+    expected: dict[bytes, bytes] = {}
+    for codec in CODECS:
+        p = KafkaProducer(**ks.kafka_python_kwargs(), compression_type=codec, linger_ms=100,
+                          batch_size=1 << 20)
+        keys = [f"{codec}-{i}".encode() for i in range(20)]
+        for i, key in enumerate(keys):
+            expected[key] = b'{"v":%d,"epoch":0}' % i * 20
+            p.send(changelog, key=key, value=expected[key], partition=2)
+        p.flush()
+        p.close()
+        assert_compressed(kafka_bootstrap, changelog, 2, codec, keys)
+    options = rocksdict.Options(raw_mode=True)
+    options.create_if_missing(True)
+    db = rocksdict.Rdict(str(tmp_path / "sessions-2.db"), options=options)
+    try:
+        assert local_state.top_up(ks, changelog, {2: db}) == len(expected)
+        assert {key: db.get(key) for key in expected} == expected
+    finally:
+        db.close()
+

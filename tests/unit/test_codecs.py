@@ -1,6 +1,6 @@
 """Both Kafka clients read every codec a producer may use: the one place a missing library fails.
 
-aiokafka (the worker, through faust) and kafka-python (audit, sink, show, forget, restore)
+aiokafka (the worker, through faust, and its restore) and kafka-python (audit, sink, show, forget)
 each look for their compression libraries at import and, without one, stop on the first
 batch in that codec (UnsupportedCodecError): one compressed record would crash-loop the
 worker. The libraries are dependencies in pyproject.toml; these tests name the one missing.

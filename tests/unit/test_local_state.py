@@ -15,8 +15,8 @@ import pytest
 import rocksdict
 from kafka.errors import KafkaConnectionError
 
-from workers import kafka_io
 from workers.settings import kafka_settings
+from workers.stream import local_state
 from workers.stream.local_state import (
     OFFSET_KEY,
     Changelog,
@@ -26,6 +26,7 @@ from workers.stream.local_state import (
     Store,
     batch_ops,
     deployment_dir,
+    due_ranges,
     marker_path,
     partition_stores,
     prepare,
@@ -208,6 +209,18 @@ def test_restore_reads_from_the_persisted_offset_to_the_end(note, persisted, sta
     assert restore_range(persisted, start, end) == want
 
 
+def test_due_ranges_say_what_each_store_lacks_and_why_a_store_is_stale():
+    changelog = Changelog(TOPIC, None, {0: 0, 1: 0, 2: 10, 3: 0, 4: 0},
+                          {0: 100, 1: 50, 2: 60, 3: 20, 4: 30})
+    applied = {0: b"41", 1: b"49", 2: None, 3: b"20", 4: b"4x\x00" * 30}
+    due, stale = due_ranges(changelog, applied)
+    assert due == {0: (42, 100), 2: (10, 60)}  # 1 is at its end: nothing due
+    assert stale[3] == ("it has applied changelog offset 20, but the changelog end offset is 20 "
+                        "(the topic was recreated or truncated)")
+    assert stale[4].startswith("its applied offset b'4x\\x004x") and len(stale[4]) < 200  # 40 bytes
+    assert set(stale) == {3, 4}
+
+
 def test_batch_ops_put_delete_in_log_order_up_to_the_end():
     records = [(5, b"a", b"1"), (6, b"b", b"2"), (7, b"a", None), (8, None, b"x"),
                (9, OFFSET_KEY, b"123"), (10, b"c", b"3"), (11, b"d", b"4")]
@@ -218,17 +231,22 @@ def test_batch_ops_put_delete_in_log_order_up_to_the_end():
     assert batch_ops([(5, b"a", b"1")], end=5) == ([], None)
 
 
-class FailingConsumer:
-    """Partition 0's changelog holds offsets 0..99 and 1's 0..49; the read delivers one fetch of
-    partition 0 (offsets 42-44), then loses Kafka."""
+class FailingReader:
+    """The restore's reader (aiokafka's interface). Partition 0's changelog holds offsets 0..99
+    and 1's 0..49; the read delivers one fetch of partition 0 (offsets 42-44), then Kafka is
+    lost."""
 
-    def __init__(self, **_):
+    def __init__(self):
         self.polls = 0
+        self.stopped = False
 
-    def beginning_offsets(self, tps):
+    async def start(self):
+        pass
+
+    async def beginning_offsets(self, tps):
         return dict.fromkeys(tps, 0)
 
-    def end_offsets(self, tps):
+    async def end_offsets(self, tps):
         return {tp: 100 if tp.partition == 0 else 50 for tp in tps}
 
     def assign(self, tps):
@@ -237,7 +255,7 @@ class FailingConsumer:
     def seek(self, tp, offset):
         assert (tp.partition, offset) in ((0, 42), (1, 0))
 
-    def poll(self, **_):
+    async def getmany(self, **_):
         self.polls += 1
         if self.polls > 1:
             raise KafkaConnectionError("broker gone")
@@ -245,11 +263,17 @@ class FailingConsumer:
         return {tp: [SimpleNamespace(partition=0, offset=o, key=k, value=v) for o, k, v in
                      ((42, b"k1", b"v1"), (43, b"agent:ops:main:0", None), (44, b"k2", b"v2"))]}
 
-    def position(self, tp):
+    async def position(self, tp):
         return 45 if tp.partition == 0 else 0
 
-    def close(self):
-        pass
+    async def stop(self):
+        self.stopped = True
+
+
+def failing_kafka(monkeypatch) -> FailingReader:
+    reader = FailingReader()
+    monkeypatch.setattr(local_state, "changelog_reader", lambda ks, client_id, **_: reader)
+    return reader
 
 
 def owner(tables: Path) -> StateOwner:
@@ -259,11 +283,13 @@ def owner(tables: Path) -> StateOwner:
 def test_a_failed_restore_keeps_only_what_it_applied(tmp_path, monkeypatch):
     tables = tmp_path / "tables"
     make_store(tables, 0, 41)
-    monkeypatch.setattr(kafka_io, "consumer", lambda ks, **kw: FailingConsumer(**kw))
+    reader = failing_kafka(monkeypatch)
     state = owner(tables)
     state.assign([0, 1])
-    with pytest.raises(KafkaConnectionError):  # the takeover exits 70: the next start goes on
+    # the takeover exits 70: the next start goes on
+    with pytest.raises(LocalStateError, match="KafkaConnectionError: .*broker gone"):
         state.restore(kafka_settings({}))
+    assert reader.stopped
     assert state.states == {0: StoreState.RESTORING, 1: StoreState.RESTORING}
     state.close()
     # the fetch it wrote, with its last offset in the same batch
@@ -277,11 +303,33 @@ def test_a_failed_restore_keeps_only_what_it_applied(tmp_path, monkeypatch):
     assert read_store(1, tables / "sessions-1.db") == Store(1, None)  # created, nothing applied
 
 
+def test_a_restore_that_gets_no_record_stops_with_the_partitions_it_lacks(tmp_path,
+                                                                         monkeypatch):
+    tables = tmp_path / "tables"
+    make_store(tables, 0, 41)
+    reader = failing_kafka(monkeypatch)
+
+    async def nothing(**_):
+        reader.polls += 1
+        return {}
+
+    reader.getmany = nothing
+    monkeypatch.setattr(local_state, "RESTORE_IDLE_S", 0.05)
+    state = owner(tables)
+    state.assign([0, 1])
+    with pytest.raises(LocalStateError, match=r"stalled: no record for 0s; "
+                       rf"{TOPIC}\[0\], {TOPIC}\[1\] not read to its end"):
+        state.restore(kafka_settings({}))
+    assert reader.polls >= 1 and reader.stopped
+    state.close()
+    assert read_store(0, tables / "sessions-0.db") == Store(0, 41)  # nothing claimed
+
+
 def test_a_store_ahead_of_its_changelog_is_stale_and_nothing_is_applied(tmp_path, monkeypatch):
     tables = tmp_path / "tables"
     make_store(tables, 0, 41)
     make_store(tables, 1, 70)  # the changelog ends at 50: recreated under the worker
-    monkeypatch.setattr(kafka_io, "consumer", lambda ks, **kw: FailingConsumer(**kw))
+    failing_kafka(monkeypatch)
     state = owner(tables)
     state.assign([0, 1])
     with pytest.raises(StaleState) as caught:
@@ -299,7 +347,7 @@ def test_assign_closes_the_stores_that_left_and_restores_every_one_it_keeps(tmp_
     tables = tmp_path / "tables"
     make_store(tables, 0, 99)
     make_store(tables, 1, 49)  # both at their changelog's end: nothing to read
-    monkeypatch.setattr(kafka_io, "consumer", lambda ks, **kw: FailingConsumer(**kw))
+    failing_kafka(monkeypatch)
     state = owner(tables)
     state.assign([0, 1])
     assert state.states == {0: StoreState.REGISTERED, 1: StoreState.REGISTERED}
