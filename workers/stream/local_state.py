@@ -392,7 +392,8 @@ def top_up(ks, topic: str, dbs: Mapping[int, object]) -> int:  # noqa: ANN001
     Read read_committed (an aborted batch's state is never applied), with aiokafka's consumer
     on an event loop of its own in this thread: its record batches are decoded in C,
     kafka-python's in Python. Measured here over 180,000 changelog records on 8 partitions:
-    0.7-0.9 s against 2.7-2.9 s, the record decode being 80% of kafka-python's time."""
+    0.8-0.9 s against 2.0-2.6 s, the record decode being 80% of kafka-python's time
+    (docs/performance.md, "The restore on aiokafka")."""
     if not dbs:
         return 0
     return _on_own_loop(ks, _top_up(ks, topic, dbs))
