@@ -233,6 +233,7 @@ WORKER_ENV = {
     "TRANSCRIPT_PROCESSING_GUARANTEE": "processing_guarantee",
     "TRANSCRIPT_SHUTDOWN_TIMEOUT_S": "shutdown_timeout_s",
     "TRANSCRIPT_TRANSACTION_TIMEOUT_S": "transaction_timeout_s",
+    "TRANSCRIPT_TRANSACTION_VERSION": "transaction_version",
     "TRANSCRIPT_CHECKPOINT_INTERVAL_S": "checkpoint_interval_s",
     "TRANSCRIPT_CHECKPOINT_KEEP": "checkpoint_keep",
     "TRANSCRIPT_CHECKPOINT_KEYS_PER_BATCH": "checkpoint_keys_per_batch",
@@ -277,6 +278,9 @@ class WorkerSettings(BaseModel):
     # readers wait for it until then. 10 s as Kafka Streams' exactly-once default: a batch's
     # transaction lasts well under a second
     transaction_timeout_s: float = Field(default=10.0, ge=1.0, le=900, allow_inf_nan=False)
+    # Kafka's transaction protocol: "auto" speaks v2 (KIP-890, Kafka >= 4.0) where the cluster
+    # has finalized transaction.version 2, else v1; "1" always v1 (docs/configuration.md)
+    transaction_version: Literal["auto", "1"] = "auto"
     # audit past input retention (core/checkpoint_format.py): a copy of each partition's state
     # per interval, `keep` of them (interval x keep must exceed the input's retention)
     checkpoint_interval_s: float = Field(default=86400.0, ge=0.1, le=7 * 86400,

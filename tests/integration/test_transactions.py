@@ -65,7 +65,14 @@ async def until(done, what: str, *members, timeout_s: float = 60.0) -> None:
         await asyncio.gather(*(m.getmany(timeout_ms=100) for m in members))
 
 
-def test_a_member_of_an_older_generation_cannot_commit(env, topics):
+# "auto" speaks transactions v2 on the local broker (Kafka 4.x, transaction.version 2); "1" is a
+# cluster without it, or an operator's TRANSCRIPT_TRANSACTION_VERSION=1: both fence alike
+VERSIONS = pytest.mark.parametrize("version,speaks", [("auto", 2), ("1", 1)],
+                                   ids=["transactions-v2", "transactions-v1"])
+
+
+@VERSIONS
+def test_a_member_of_an_older_generation_cannot_commit(env, topics, version, speaks):
     from aiokafka import AIOKafkaConsumer
 
     ks = kafka_settings(env)
@@ -82,12 +89,13 @@ def test_a_member_of_an_older_generation_cannot_commit(env, topics):
 
         a, b = member(), member()
         new = producer_factory(ks, group)
-        txns = BatchTransactions(new, f"{group}-w1")
+        txns = BatchTransactions(new, f"{group}-w1", version)
         try:
             await a.start()
             await until(lambda: a.assignment(), "A is assigned", a)
             old = GroupMember(group, a._coordinator.generation, a._coordinator.member_id, None)
             await txns.start()
+            assert txns.version == speaks
             await txns.commit([record(b"first")], {(source, 3): 5}, old)
             # off the loop: the members keep heartbeating meanwhile
             assert await asyncio.to_thread(committed_values, ks, entries, 0) == [b"first"]
@@ -121,15 +129,18 @@ def test_a_member_of_an_older_generation_cannot_commit(env, topics):
     assert group_offset(ks, group, source, 3) == 7
 
 
-def test_a_restart_with_the_same_transactional_id_ends_the_open_transaction(env, topics):
+@VERSIONS
+def test_a_restart_with_the_same_transactional_id_ends_the_open_transaction(env, topics, version,
+                                                                            speaks):
     ks = kafka_settings(env)
     group, entries = ks.topic_prefix + "restart", ks.topic(ENTRIES)
     record = (entries, 1, b"k", b"", ())
 
     async def scenario() -> None:
         new = producer_factory(ks, group, transaction_timeout_s=60)
-        x, y = (BatchTransactions(new, f"{group}-w1") for _ in range(2))
+        x, y = (BatchTransactions(new, f"{group}-w1", version) for _ in range(2))
         await x.start()
+        assert x.version == speaks
         await x.commit([(*record[:3], b"committed", ())], {}, group)
         assert committed_values(ks, entries, 1) == [b"committed"]
         # the last incarnation stalls in the middle of a transaction ...

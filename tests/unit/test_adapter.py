@@ -242,7 +242,9 @@ PRIVATE_NAMES = (
     "_schedule_shutdown", "_signal_stop_time",
     # aiokafka
     "_isolation_level", "_fetch_max_wait_ms", "_coordinator", "_sender", "_txn_manager",
-    "_pending_txn_offsets", "_offsets", "_group_id",
+    "_pending_txn_offsets", "_offsets", "_group_id", "_batches", "_acks", "_request_timeout_ms",
+    "_default_backoff", "_can_retry", "_commit_result", "_txn_partitions", "_txn_consumer_group",
+    "_pid_and_epoch", "_sequence_numbers",
 )
 NAME = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(map(re.escape, PRIVATE_NAMES))
                   + r")(?![A-Za-z0-9_])")
@@ -277,3 +279,334 @@ def test_canary_aiokafka_waits_backoff_override_after_concurrent_transactions():
     assert "ConcurrentTransactions" in source and "BACKOFF_OVERRIDE" in source, (
         "AddPartitionsToTxnHandler no longer answers CONCURRENT_TRANSACTIONS with "
         "BACKOFF_OVERRIDE")
+
+
+# --- transactions v2 (KIP-890): the requests as Kafka's schemas say, and what they change ------
+
+def _v2(name: str):
+    return adapter._v2_requests()[name]
+
+
+def test_the_produce_v12_request_encodes_as_kafka_schema_says():
+    from kafka.protocol.producer import ProduceRequest as Reference
+
+    topics = [("out", [(0, b"batch-0"), (3, b"batch-3")]), ("dlq", [(1, b"x" * 300)])]
+    struct = _v2("produce")("p.app-w1", -1, 30000, topics).prepare({0: (3, 13)})
+    assert struct.API_VERSION == 12 and struct.FLEXIBLE_VERSION
+    T = Reference.TopicProduceData
+    reference = Reference(transactional_id="p.app-w1", acks=-1, timeout_ms=30000, topic_data=[
+        T(name=t, partition_data=[T.PartitionProduceData(index=p, records=r) for p, r in parts])
+        for t, parts in topics])
+    assert struct.encode() == reference.encode(version=12)
+
+
+def test_a_broker_without_produce_v12_is_never_sent_a_v2_produce_in_an_older_version():
+    # (a cluster finalizes transaction.version 2 only once every broker has these versions)
+    with pytest.raises(NotImplementedError, match="ProduceRequestV12"):
+        _v2("produce")("t", -1, 30000, []).prepare({0: (3, 11)})
+
+
+def _produce_response(*partitions) -> bytes:
+    from kafka.protocol.producer import ProduceResponse as Reference
+
+    R = Reference.TopicProduceResponse
+    P = R.PartitionProduceResponse
+    return Reference(throttle_time_ms=0, responses=[R(name="out", partition_responses=[
+        P(index=p, error_code=code, base_offset=offset, log_append_time_ms=-1,
+          log_start_offset=0, record_errors=[], error_message=None,
+          current_leader=P.LeaderIdAndEpoch(leader_id=1, leader_epoch=4))  # a tagged field
+        for p, code, offset in partitions])]).encode(version=12)
+
+
+class _Batch:
+    def __init__(self) -> None:
+        self.calls: list = []
+
+    def done(self, *args) -> None:
+        self.calls.append(("done", *args))
+
+    def failure(self, exception) -> None:
+        self.calls.append(("failure", type(exception).__name__))
+
+
+def _produce_handler(batches: dict, txn_manager=None):
+    from types import SimpleNamespace
+
+    from aiokafka.producer import sender
+
+    cls = adapter._produce_v2_handler(sender.SendProduceReqHandler)
+    return cls(SimpleNamespace(client=None, _retry_backoff=0.1, _txn_manager=txn_manager,
+                               _acks=-1, _request_timeout_ms=30000), batches)
+
+
+def test_a_produce_v12_answer_reaches_aiokafka_batches_as_a_v8_answer_would():
+    from aiokafka.structs import TopicPartition
+
+    struct = _v2("produce")("t", -1, 30000, []).prepare({0: (3, 12)})
+    response = struct.RESPONSE_TYPE.decode(BytesIO(_produce_response((3, 0, 42), (5, 0, 7))))
+    three, five = _Batch(), _Batch()
+    handler = _produce_handler({TopicPartition("out", 3): three, TopicPartition("out", 5): five})
+    handler.handle_response(response)
+    assert three.calls == [("done", 42, -1, 0)] and five.calls == [("done", 7, -1, 0)]
+    assert handler._to_reenqueue == []
+
+
+def test_a_produce_v12_meeting_the_last_transactions_markers_is_asked_again_soon():
+    from aiokafka.structs import TopicPartition
+
+    struct = _v2("produce")("t", -1, 30000, []).prepare({0: (3, 12)})
+    batch = _Batch()
+    handler = _produce_handler({TopicPartition("out", 3): batch}, txn_manager=object())
+    handler.handle_response(struct.RESPONSE_TYPE.decode(BytesIO(_produce_response(
+        (3, adapter.CONCURRENT_TRANSACTIONS, -1)))))
+    assert batch.calls == [] and handler._to_reenqueue == [batch]  # aiokafka would fail it
+    assert handler._default_backoff == adapter.CONCURRENT_TRANSACTIONS_BACKOFF_S
+
+    other = _Batch()  # any other refusal fails the batch (and so the transaction), as in v1
+    handler = _produce_handler({TopicPartition("out", 3): other}, txn_manager=object())
+    handler.handle_response(struct.RESPONSE_TYPE.decode(BytesIO(_produce_response(
+        (3, adapter.TRANSACTION_ABORTABLE, -1)))))
+    assert other.calls and other.calls[0][0] == "failure" and handler._to_reenqueue == []
+
+
+def test_the_end_txn_v5_request_and_answer_are_as_kafka_schema_says():
+    from kafka.protocol.producer import EndTxnRequest, EndTxnResponse
+
+    struct = _v2("end_txn")("p.app-w1", 4711, 32766, True).prepare({26: (0, 5)})
+    assert struct.API_VERSION == 5 and struct.FLEXIBLE_VERSION
+    assert struct.encode() == EndTxnRequest(transactional_id="p.app-w1", producer_id=4711,
+                                            producer_epoch=32766, committed=True
+                                            ).encode(version=5)
+    raw = EndTxnResponse(throttle_time_ms=0, error_code=0, producer_id=4712, producer_epoch=0
+                         ).encode(version=5)
+    answer = struct.RESPONSE_TYPE.decode(BytesIO(raw))
+    assert (answer.error_code, answer.producer_id, answer.producer_epoch) == (0, 4712, 0)
+
+
+def _v2_manager():
+    """A v2 transaction manager; called on a running loop (it makes futures)."""
+    from aiokafka.producer.transaction_manager import TransactionManager
+
+    txn = TransactionManager("p.app-w1", 60000)
+    txn.__class__ = adapter._manager_v2(TransactionManager)
+    return txn
+
+
+def on_a_loop(test):
+    """Run the test's body on an event loop of its own: aiokafka's transaction manager makes
+    futures on the running loop."""
+    import functools
+
+    @functools.wraps(test)
+    def run(*args, **kwargs):
+        async def body():
+            return test(*args, **kwargs)
+
+        return asyncio.run(body())
+
+    return run
+
+
+@on_a_loop
+def test_under_v2_partitions_and_the_group_join_without_requests_of_their_own():
+    from aiokafka.structs import OffsetAndMetadata, TopicPartition
+
+    txn = _v2_manager()
+    txn.set_pid_and_epoch(4711, 0)
+    txn.begin_transaction()
+    tp = TopicPartition("out", 3)
+    txn.maybe_add_partition_to_txn(tp)
+    # no AddPartitionsToTxn (and the partition is not muted for one), yet in the transaction
+    assert txn.partitions_to_add() == set() and txn.txn_partitions == {tp}
+    assert not txn.is_empty_transaction()
+    offsets = {TopicPartition("in", 3): OffsetAndMetadata(10, "")}
+    txn.add_offsets_to_txn(offsets, GroupMember("p.app", 3, "m", None))
+    # no AddOffsetsToTxn: the sender's next request is the TxnOffsetCommit itself
+    assert txn.consumer_group_to_add() is None
+    assert txn.offsets_to_commit() == (offsets, "p.app")
+
+
+@on_a_loop
+def test_end_txn_v5_gives_the_next_transaction_its_epoch_and_fresh_sequences():
+    from types import SimpleNamespace
+
+    from aiokafka.producer import sender
+    from aiokafka.producer.transaction_manager import TransactionState
+    from aiokafka.structs import TopicPartition
+    from kafka.protocol.producer import EndTxnResponse
+
+    txn = _v2_manager()
+    txn.set_pid_and_epoch(4711, 6)
+    txn.begin_transaction()
+    tp = TopicPartition("out", 3)
+    txn.maybe_add_partition_to_txn(tp)
+    txn.increment_sequence_number(tp, 5)
+    txn.committing_transaction()
+    handler = adapter._end_txn_v2_handler(sender.EndTxnHandler)(
+        SimpleNamespace(_retry_backoff=0.1, _txn_manager=txn), 1)
+    assert handler.create_request().prepare({26: (0, 5)}).API_VERSION == 5
+    struct = _v2("end_txn")("t", 1, 0, True).prepare({26: (0, 5)})
+    # the epoch ran out: the coordinator answers with a new producer id
+    raw = EndTxnResponse(throttle_time_ms=0, error_code=0, producer_id=4712, producer_epoch=0
+                         ).encode(version=5)
+    assert handler.handle_response(struct.RESPONSE_TYPE.decode(BytesIO(raw))) is None
+    assert (txn.producer_id, txn.producer_epoch) == (4712, 0)
+    assert txn.sequence_number(tp) == 0 and txn.state == TransactionState.READY
+
+    # a refused EndTxn changes nothing: aiokafka's handler decides what follows
+    txn.begin_transaction()
+    txn.maybe_add_partition_to_txn(tp)
+    txn.committing_transaction()
+    refused = EndTxnResponse(throttle_time_ms=0, error_code=51, producer_id=-1,
+                             producer_epoch=-1).encode(version=5)
+    assert handler.handle_response(struct.RESPONSE_TYPE.decode(BytesIO(refused))) is not None
+    assert (txn.producer_id, txn.producer_epoch) == (4712, 0)
+
+
+@on_a_loop
+def test_a_v1_producer_keeps_aiokafkas_own_requests():
+    from types import SimpleNamespace
+
+    from aiokafka.producer import sender
+    from aiokafka.producer.transaction_manager import TransactionManager
+
+    txn = TransactionManager("t", 60000)
+    txn.set_pid_and_epoch(1, 0)
+    end = adapter._end_txn_v2_handler(sender.EndTxnHandler)(
+        SimpleNamespace(_retry_backoff=0.1, _txn_manager=txn), 1)
+    assert type(end.create_request()).__module__.startswith("aiokafka")
+    produce = _produce_handler({}, txn_manager=txn)
+    assert type(produce.create_request()).__module__.startswith("aiokafka")
+
+
+def test_the_api_versions_v3_answer_gives_the_finalized_features():
+    from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+    struct = _v2("api_versions")().prepare({18: (0, 4)})
+    assert struct.API_VERSION == 3 and struct.FLEXIBLE_VERSION
+    assert struct.encode() == ApiVersionsRequest(
+        client_software_name="transcript-owner", client_software_version="1").encode(version=3)
+    # its answer's header is v0 whatever its version (no tagged fields after the correlation id)
+    header = BytesIO(b"\x00\x00\x00\x07rest")
+    assert struct.parse_response_header(header).correlation_id == 7 and header.read() == b"rest"
+    R = ApiVersionsResponse
+    raw = R(error_code=0, api_keys=[R.ApiVersion(api_key=0, min_version=3, max_version=13)],
+            throttle_time_ms=0,
+            supported_features=[R.SupportedFeatureKey(name="transaction.version", min_version=0,
+                                                      max_version=2)],
+            finalized_features_epoch=9,
+            finalized_features=[
+                R.FinalizedFeatureKey(name="metadata.version", max_version_level=27,
+                                      min_version_level=27),
+                R.FinalizedFeatureKey(name="transaction.version", max_version_level=2,
+                                      min_version_level=2)]).encode(version=3)
+    answer = struct.RESPONSE_TYPE.decode(BytesIO(raw))
+    assert adapter.finalized_features(answer.tags) == {"metadata.version": 27,
+                                                       "transaction.version": 2}
+    none = R(error_code=0, api_keys=[], throttle_time_ms=0).encode(version=3)
+    assert adapter.finalized_features(struct.RESPONSE_TYPE.decode(BytesIO(none)).tags) == {}
+
+
+def test_canary_aiokafka_sender_looks_its_produce_and_end_txn_handlers_up_by_name():
+    from aiokafka.producer import sender
+
+    for call, method in (("SendProduceReqHandler(self, batches)", sender.Sender._send_produce_req),
+                         ("EndTxnHandler(self, commit_result)", sender.Sender._do_txn_commit)):
+        assert call in inspect.getsource(method), (
+            f"aiokafka's Sender no longer builds {call} by its module name: transactions v2 "
+            "would never be spoken (the worker would send v1's requests with v2 fields)")
+    init = inspect.getsource(sender.Sender.__init__)
+    for attribute in ("self._acks", "self._request_timeout_ms", "self._txn_manager"):
+        assert attribute in init, f"Sender sets no {attribute}"
+    produce = sender.SendProduceReqHandler
+    assert "self._batches" in inspect.getsource(produce.__init__)
+    assert callable(getattr(produce, "_can_retry", None)), "SendProduceReqHandler._can_retry"
+    assert "global_error" in inspect.getsource(produce.handle_response), (
+        "SendProduceReqHandler reads a v8+ answer differently: the v12 answer's v8 shape")
+    assert "request.required_acks" in inspect.getsource(produce.do)
+    assert "self._default_backoff" in inspect.getsource(sender.BaseHandler.__init__)
+    assert "self._commit_result" in inspect.getsource(sender.EndTxnHandler.__init__)
+
+
+def test_canary_aiokafka_transaction_manager_state_that_transactions_v2_sets():
+    from aiokafka.producer import message_accumulator
+    from aiokafka.producer.transaction_manager import PidAndEpoch, TransactionManager
+
+    assert PidAndEpoch._fields == ("pid", "epoch")
+    source = inspect.getsource(TransactionManager)
+    for name in ("self._txn_partitions", "self._txn_consumer_group", "self._pid_and_epoch",
+                 "self._sequence_numbers"):
+        assert name in source, f"TransactionManager has no {name}"
+    for method in ("maybe_add_partition_to_txn", "add_offsets_to_txn", "partitions_to_add",
+                   "consumer_group_to_add", "offsets_to_commit", "is_empty_transaction"):
+        assert callable(getattr(TransactionManager, method, None)), f"TransactionManager.{method}"
+    # batches take the producer id, epoch and sequence when they are drained, not when made:
+    # the epoch EndTxn v5 answers reaches the next transaction's batches
+    drain = inspect.getsource(message_accumulator.MessageAccumulator)
+    assert "sequence_number(" in drain
+    assert "producer_epoch=self._txn_manager.producer_epoch" in drain
+    assert "maybe_add_partition_to_txn(" in drain
+
+
+def test_canary_aiokafka_producer_client_sends_a_request_to_a_node():
+    from aiokafka.client import AIOKafkaClient
+
+    assert callable(getattr(AIOKafkaClient, "get_random_node", None))
+    assert list(inspect.signature(AIOKafkaClient.send).parameters)[:3] == [
+        "self", "node_id", "request"]
+    from aiokafka.protocol import api
+
+    assert hasattr(api, "ResponseHeader_v0") and callable(
+        getattr(api.RequestStruct, "parse_response_header", None))
+
+
+@on_a_loop
+def test_under_v2_the_offsets_go_as_txn_offset_commit_v5_and_its_refusals_are_answered():
+    from types import SimpleNamespace
+
+    from aiokafka.producer import sender
+    from aiokafka.producer.transaction_manager import TransactionManager
+    from aiokafka.structs import OffsetAndMetadata, TopicPartition
+    from kafka.protocol.producer.transaction import TxnOffsetCommitResponse as Reference
+
+    member = GroupMember("p.app", 9, "m-1", None)
+    offsets = {TopicPartition("in", 3): OffsetAndMetadata(10, "")}
+    handler_class = adapter._kip447_handler(sender.TxnOffsetCommitHandler)
+
+    def handler(txn):
+        return handler_class(SimpleNamespace(_retry_backoff=0.1, _txn_manager=txn),
+                             dict(offsets), member)
+
+    v1 = TransactionManager("t", 60000)
+    v1.set_pid_and_epoch(1, 0)
+    assert handler(v1).create_request().prepare({28: (0, 5)}).API_VERSION == 3
+    txn = _v2_manager()
+    txn.set_pid_and_epoch(1, 0)
+    txn.begin_transaction()
+    future = txn.add_offsets_to_txn(dict(offsets), member)
+    struct = handler(txn).create_request().prepare({28: (0, 5)})
+    assert struct.API_VERSION == 5
+
+    def answer(code: int):
+        T = Reference.TxnOffsetCommitResponseTopic
+        raw = Reference(throttle_time_ms=0, topics=[T(name="in", partitions=[
+            T.TxnOffsetCommitResponsePartition(partition_index=3, error_code=code)])]
+        ).encode(version=5)
+        return struct.RESPONSE_TYPE.decode(BytesIO(raw))
+
+    # a group id alone (a group without members) goes as v5 too: v2 sent no AddOffsetsToTxn
+    # for aiokafka's v0 commit to follow
+    plain = handler_class(SimpleNamespace(_retry_backoff=0.1, _txn_manager=txn), dict(offsets),
+                          "p.simple").create_request().prepare({28: (0, 5)})
+    assert plain.API_VERSION == 5
+    assert (plain.group_id, plain.generation_id, plain.member_id) == ("p.simple", -1, "")
+
+    # the last transaction's markers are still being written: asked again soon, not in 100 ms
+    for code in (adapter.CONCURRENT_TRANSACTIONS, adapter.COORDINATOR_LOAD_IN_PROGRESS):
+        assert handler(txn).handle_response(answer(code)) == \
+            adapter.CONCURRENT_TRANSACTIONS_BACKOFF_S
+        assert not future.done()
+    # TRANSACTION_ABORTABLE: the offsets' future fails, so the transaction aborts
+    assert handler(txn).handle_response(answer(adapter.TRANSACTION_ABORTABLE)) is None
+    with pytest.raises(adapter.TransactionAbortable):
+        future.result()

@@ -135,6 +135,7 @@ class Metrics:
         self.batch_duration = Histogram(DURATION_BUCKETS)
         self.latency = Histogram(LATENCY_BUCKETS)
         self.transactions: Callable[[], Mapping[str, int]] = dict
+        self.transaction_version: Callable[[], int] = int  # 0: none (at-least-once)
         self.rebalances = 0
         self.restored = 0
         self.gauges = Gauges()
@@ -191,6 +192,9 @@ class _Collector:
         for result in ("committed", "aborted"):
             txns.add_metric([result], counts.get(result, 0))
         yield txns
+        yield GaugeMetricFamily(f"{PREFIX}transaction_version", "Kafka's transaction protocol "
+                                "the worker speaks: 2 (KIP-890) or 1; 0 at-least-once",
+                                value=m.transaction_version())
         yield CounterMetricFamily(f"{PREFIX}rebalances", "Partition assignments this worker "
                                   "received", value=m.rebalances)
         yield GaugeMetricFamily(f"{PREFIX}assigned_partitions", "Input partitions assigned",

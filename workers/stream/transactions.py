@@ -33,7 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from workers.core.errors import OwnerError
-from workers.stream.adapter import GroupFenced, GroupMember, install_kip447
+from workers.stream.adapter import (
+    GroupFenced,
+    GroupMember,
+    install_kip447,
+    transaction_version,
+    use_transactions_v2,
+)
 from workers.stream.batch_send import Record, send_all
 
 log = logging.getLogger("transcript_owner.transactions")
@@ -61,9 +67,12 @@ def worker_transactional_id(group: str, instance_id: str | None, state_dir: str 
 class BatchTransactions:
     """The worker's transactional producer: one transaction per batch."""
 
-    def __init__(self, new_producer: Callable[[str], Any], transactional_id: str) -> None:
+    def __init__(self, new_producer: Callable[[str], Any], transactional_id: str,
+                 version: str = "auto") -> None:
         install_kip447()
         self.new_producer, self.transactional_id = new_producer, transactional_id
+        self.version_wanted = version  # "auto": v2 where the cluster has it, else "1"
+        self.version = 0  # what the producer speaks, once started
         self.producer: Any = None
         self._starting = asyncio.Lock()
         self._idle = asyncio.Event()  # no transaction open (settle); commits are one at a time
@@ -85,7 +94,27 @@ class BatchTransactions:
                 await producer.stop()
                 raise TransactionFailed(f"the transactional producer {self.transactional_id!r} "
                                         f"did not start: {type(exc).__name__}: {exc}") from exc
+            self.version = await self._choose_version(producer)
             self.producer = producer
+
+    async def _choose_version(self, producer: Any) -> int:
+        """Transactions v2 (KIP-890: no AddPartitionsToTxn or AddOffsetsToTxn, half a v1
+        transaction's time here) where the cluster has finalized it; v1 otherwise, or when the
+        operator asked for it (TRANSCRIPT_TRANSACTION_VERSION=1). Both fence alike."""
+        if self.version_wanted == "1":
+            return 1
+        try:
+            found = await transaction_version(producer)
+        except Exception as exc:  # noqa: BLE001  (v1 is always there: slower, as safe)
+            log.warning("the cluster's transaction.version is unknown (%s); using "
+                        "transactions v1", type(exc).__name__)
+            return 1
+        if found >= 2:
+            use_transactions_v2(producer)
+            log.info("transactions v2 (the cluster's transaction.version is %d)", found)
+            return 2
+        log.info("transactions v1 (the cluster's transaction.version is %d)", found)
+        return 1
 
     async def close(self) -> None:
         producer, self.producer = self.producer, None

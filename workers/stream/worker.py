@@ -153,8 +153,9 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
     transactions = checkpoints = member = None
     if exactly_once:
         transactions = BatchTransactions(new_producer, worker_transactional_id(
-            app.conf.id, ws.instance_id, app.conf.datadir))
+            app.conf.id, ws.instance_id, app.conf.datadir), ws.transaction_version)
         metrics.transactions = lambda: transactions.results
+        metrics.transaction_version = lambda: transactions.version
 
         def member(generation: int) -> GroupMember:
             return GroupMember(app.conf.id, generation, membership(app).member_id,
