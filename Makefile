@@ -117,11 +117,13 @@ $(CONNECTOR)/build/.built: $(CONNECTOR)/node_modules/.installed $(CONNECTOR_SOUR
 	cd $(CONNECTOR) && npm run --silent build
 	touch $@
 
-# the session-key parity vectors (schemas/vectors/session_keys.json) and the TypeScript port's
-# tables of Python's str functions, both from this Python; commit what changed
+# the session-key parity vectors (schemas/vectors/session_keys.json), the hash-chain vectors
+# (schemas/vectors/chain.json) and the TypeScript port's tables of Python's str functions, all
+# from this Python; commit what changed
 vectors: install
 	$(PY) $(CONNECTOR)/scripts/pyunicode_tables.py
 	$(PY) schemas/vectors/generate.py
+	$(PY) schemas/vectors/chain.py
 
 test-unit: install
 	$(PY) -m pytest tests/unit -q

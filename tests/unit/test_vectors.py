@@ -1,11 +1,12 @@
 """schemas/vectors/session_keys.json: the parity vectors both languages run.
 
-Python passes every vector; the file and the TypeScript port's Unicode tables are current
-(regenerated, they are byte-identical; the tables are written from the pinned module
-transcript_connector/unicode_tables.py, not from the running Python); and the vectors reach
-every line and every branch of transcript_connector/session_keys.py (coverage.py, branch
-mode), so a change to any rule shows up as a changed vector, which the TypeScript suite then
-checks.
+Python passes every vector; the file, the hash-chain vectors (chain.json, which
+connectors/python/tests/test_chain.py and the TypeScript suite run) and the TypeScript port's
+Unicode tables are current (regenerated, they are byte-identical; the tables are written from
+the pinned module transcript_connector/unicode_tables.py, not from the running Python); and
+the vectors reach every line and every branch of transcript_connector/session_keys.py
+(coverage.py, branch mode), so a change to any rule shows up as a changed vector, which the
+TypeScript suite then checks.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def _load(name: str, path: Path):
 
 
 generate = _load("vectors_generate", ROOT / "schemas/vectors/generate.py")
+chain_vectors = _load("vectors_chain", ROOT / "schemas/vectors/chain.py")
 edges = sys.modules["session_key_edges"]  # imported by the generator, from beside it
 OUT, _Route, build, render = generate.OUT, generate._Route, generate.build, generate.render
 VECTORS = json.loads(OUT.read_text("utf-8"))
@@ -124,6 +126,13 @@ def test_the_vectors_file_is_current() -> None:
     data, problems = build()
     assert problems == []
     assert render(data) == OUT.read_text("utf-8"), "stale: run `make vectors`"
+
+
+def test_the_chain_vectors_file_is_current() -> None:
+    """schemas/vectors/chain.json (both connectors' hash-chain vectors) is what
+    schemas/vectors/chain.py writes from transcript_connector.chain now."""
+    current = chain_vectors.OUT.read_text("utf-8")
+    assert chain_vectors.render() == current, "stale: run `make vectors`"
 
 
 def test_the_typescript_unicode_tables_are_current() -> None:
