@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from transcript_connector.chain import link, root
 from transcript_connector.parse import Invalid
 
 from schemas import TranscriptEntry
@@ -645,7 +646,9 @@ def test_decide_never_modifies_its_input() -> None:
     assert d1.head.to_bytes() == before and EMPTY_HEAD == SessionHead()
     assert d2.outcome.entry is not None and d3.outcome.entry is not None
     assert d2.outcome.entry.seq == d3.outcome.entry.seq == 2
-    assert d2.head == d3.head == SessionHead(0, 3, d1.head.clock, None)
+    assert d2.head._replace(chain=None) == d3.head._replace(chain=None) == SessionHead(
+        0, 3, d1.head.clock, None)
+    assert d2.head.chain != d3.head.chain  # two branches, two chains
 
 
 def test_decide_is_deterministic() -> None:
@@ -662,7 +665,8 @@ def test_now_and_written_at_must_be_aware() -> None:
 def test_a_written_decision_moves_the_head_and_remembers_the_send() -> None:
     t0 = datetime.fromisoformat(T0)
     d = _decide(SessionHead(2, 5, None, t0), None, confirmation())
-    assert d.head == SessionHead(2, 6, t0, t0)
+    assert d.head == SessionHead(2, 6, t0, t0, chain=d.outcome.chain)
+    assert d.outcome.chain == link(root(KEY, 2), d.outcome.entry_json or b"")
     assert d.seen is not None and d.seen.first_seen == t0 and len(d.seen.fingerprint) == 32
     assert d.outcome.entry is not None and (d.outcome.entry.epoch, d.outcome.entry.seq) == (2, 5)
 

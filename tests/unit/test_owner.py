@@ -65,7 +65,9 @@ def test_owner_agrees_with_replay_and_sends_the_models_json(lines: list[bytes]) 
             e = outcome.entry
             entry_key = f"{e.session_key}#{e.seq:010d}".encode()
             value = e.model_dump_json().encode()
-            expected.append(OutRecord(ENTRIES, entry_key, value, home(e.session_key)))
+            assert outcome.chain is not None  # every entry is chained (DESIGN 1.2)
+            chain = (("chain", outcome.chain.hex().encode()),)
+            expected.append(OutRecord(ENTRIES, entry_key, value, home(e.session_key), chain))
         for d in outcome.diagnostics:
             value = d.model_dump_json().encode()
             expected.append(OutRecord(DIAGNOSTICS, d.session_key.encode(), value))

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from transcript_connector.chain import link, root
 from transcript_connector.partitioning import partition_for
 
 from tests.unit.test_fingerprint import stored
@@ -204,7 +205,10 @@ def test_a_format_1_record_is_migrated_when_its_session_is_next_decided() -> Non
     assert entry is not None and (entry.epoch, entry.seq) == (2, 7)  # carried over
     writes = w.commit()
     assert w.store.migrated == 1
-    head = SessionHead(2, 8, T, T - DAY)
+    # a session written before the chain: its chain starts at its next entry, from the root
+    # of its epoch (its older entries stay unchained)
+    assert step.decided.chain == link(root(KEY, 2), step.decided.entry_json or b"")
+    head = SessionHead(2, 8, T, T - DAY, chain=step.decided.chain)
     seen = Seen(T, UNKNOWN_FINGERPRINT).to_bytes()
     assert step.seen is not None
     assert writes == [

@@ -6,6 +6,7 @@ re-keyed; the worker's clock for every line is --written-at. Output lines, in in
 
     {"line": N, "outcome": O, "session_key": K|null, "send_id": S|null,
      "entry": {...}          (when written),
+     "chain": "<64 hex>"     (when written: its `chain` header, DESIGN 1.2),
      "diagnostics": [...]    (when any),
      "error": "..."          (dead letters),
      "erasure": {...}        (a session-erase: what it tombstoned; session-erasure/1)}
@@ -105,6 +106,8 @@ def render(line: int, outcome: Outcome) -> bytes:
     ]
     if outcome.entry_json is not None:
         parts += (b',"entry":', outcome.entry_json)
+    if outcome.chain is not None:
+        parts += (b',"chain":"', outcome.chain.hex().encode(), b'"')
     if outcome.diagnostics:
         parts += (b',"diagnostics":', _DIAGNOSTICS.dump_json(outcome.diagnostics))
     if outcome.error is not None:

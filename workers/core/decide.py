@@ -15,6 +15,8 @@ from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
 import msgspec
+from transcript_connector.chain import link as chain_link
+from transcript_connector.chain import root as chain_root
 from transcript_connector.record_keys import (
     canonical_or_invalid,
     origin_key_problem,
@@ -133,7 +135,7 @@ def _reset(head: SessionHead, record: SessionReset, key: str, now: datetime) -> 
         last = None  # stored before resets were clamped (format 1): it proves nothing
     if last is not None and at <= last:
         return Decision(head, None, Outcome("duplicate", key, None))
-    new = SessionHead(head.epoch + 1, head.next_seq, head.clock, at, head.erased_at)
+    new = SessionHead(head.epoch + 1, head.next_seq, head.clock, at, head.erased_at, head.chain)
     return Decision(new, None, Outcome("reset", key, None, diagnostics=diags))
 
 
@@ -150,11 +152,13 @@ def _erase(head: SessionHead, record: SessionErase, key: str, now: datetime) -> 
 
     Every erase erases (a second one tombstones the same keys again: harmless); an erase
     dated ahead of the worker's clock counts as made now, and `erased_at` never moves back.
+    The erasure ends the session's chain (the head keeps none): the next entry starts at the
+    root of the new epoch, so nothing derived from the erased text survives.
     """
     at = now if skewed(record.erased_at, now) else record.erased_at
     if head.erased_at is not None and head.erased_at > at:
         at = head.erased_at
-    new = SessionHead(head.epoch + 1, head.next_seq, head.clock, head.last_reset_at, at)
+    new = SessionHead(head.epoch + 1, head.next_seq, head.clock, head.last_reset_at, at, None)
     erasure = SessionErasure.model_validate({
         "schema": "session-erasure/1", "session_key": key, "erased_at": at,
         "reason": record.reason, "epoch": new.epoch, "through_seq": head.next_seq - 1,
@@ -251,17 +255,30 @@ def _confirmation(
     if origin.kind == "turn_reply" and turn_key == key:
         return Decision(kept, seen, Outcome("skipped_same_turn", key, send_id))
 
-    # Rule 7: append one entry with the next seq (seq never restarts, not even on reset).
+    # Rule 7: append one entry with the next seq (seq never restarts, not even on reset),
+    # chained to the session's last one (DESIGN 1.2, "Tamper evidence").
     entry = _entry(head, record, key, written_at)
-    new = SessionHead(head.epoch, head.next_seq + 1, clock, head.last_reset_at, head.erased_at)
+    chain = chained(head, key, entry)
+    new = SessionHead(head.epoch, head.next_seq + 1, clock, head.last_reset_at, head.erased_at,
+                      chain)
     diags = _write_diagnostics(record, key, job_key if job and job.mode == "in_chat" else None)
     if ahead:
         diags += (_skew_diagnostic(key, send_id, at, now),)
-    return Decision(new, seen, Outcome("written", key, send_id, entry, diags, seq=head.next_seq))
+    return Decision(new, seen, Outcome("written", key, send_id, entry, diags, seq=head.next_seq,
+                                       chain=chain))
+
+
+def chained(head: SessionHead, key: str, entry: bytes) -> bytes | None:
+    """The chain of the session's next entry: from the head's last chain, or from the root of
+    the head's epoch when it has none (a new session, an erased one, or one written before
+    the chain, whose older entries stay unchained: the worker never reads them back)."""
+    previous = head.chain if head.chain is not None else chain_root(key, head.epoch)
+    return chain_link(previous, entry)
 
 
 def _with_clock(head: SessionHead, clock: datetime) -> SessionHead:
-    return SessionHead(head.epoch, head.next_seq, clock, head.last_reset_at, head.erased_at)
+    return SessionHead(head.epoch, head.next_seq, clock, head.last_reset_at, head.erased_at,
+                       head.chain)
 
 
 def _skew_diagnostic(key: str, send_id: str | None, at: datetime, now: datetime) -> Diagnostic:

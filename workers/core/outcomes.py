@@ -55,6 +55,7 @@ class Outcome(NamedTuple):
     error: str | None = None  # the reason, for dead letters
     erasure: SessionErasure | None = None  # set exactly when kind == "erased"
     seq: int = 0  # the entry's seq, when written (its key: `<session_key>#<seq>`)
+    chain: bytes | None = None  # the entry's chain (its `chain` header), when written
 
     @property
     def entry(self) -> TranscriptEntry | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from transcript_connector.chain import CHAIN_HEADER
 from transcript_connector.partitioning import partition_for
 
 from schemas import MAX_RECORD_BYTES, Diagnostic, SessionErasure
@@ -99,8 +100,9 @@ def encode(outcome: Outcome, source: Source, partitions: int) -> list[OutRecord]
                              _ERASURE.to_json(er, by_alias=True)))
     if outcome.entry_json is not None:
         key = outcome.session_key or ""  # a written outcome always has its session key
+        chain = () if outcome.chain is None else ((CHAIN_HEADER, outcome.chain.hex().encode()),)
         out.append(OutRecord(ENTRIES, entry_key(key, outcome.seq), outcome.entry_json,
-                             partition_for(key, partitions)))
+                             partition_for(key, partitions), chain))
     for d in outcome.diagnostics:
         out.append(OutRecord(DIAGNOSTICS, d.session_key.encode(), _DIAGNOSTIC.to_json(d)))
     return out

@@ -29,6 +29,8 @@ from datetime import UTC, datetime, timedelta
 from json.encoder import encode_basestring  # what json.dumps(ensure_ascii=False) uses for str
 from typing import NamedTuple
 
+from transcript_connector.chain import parse_chain
+
 from workers.core.errors import OwnerError
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -60,17 +62,23 @@ class SessionHead(NamedTuple):
     # when the session was last erased (`forget`): a confirmation confirmed at or before it is
     # a send of the erased history, and is not written again (its send_id was forgotten)
     erased_at: datetime | None = None
+    # the last entry's chain (32 bytes, DESIGN 1.2 "Tamper evidence"); None: the next entry
+    # starts a chain at the root of its epoch (a new session, an erased one, or one whose
+    # entries were written before the chain: it has none until its next entry)
+    chain: bytes | None = None
 
     def to_bytes(self) -> bytes:
-        # `erased_at` only when set: the head of a session never erased keeps its bytes
+        # `erased_at` and `chain` only when set: a head written before either keeps its bytes
         erased = b"" if self.erased_at is None else b',"erased_at":%d' % micros(self.erased_at)
-        return b'{"v":%d,"epoch":%d,"next_seq":%d,"clock":%b,"last_reset_at":%b%b}' % (
+        chain = b"" if self.chain is None else b',"chain":"%b"' % self.chain.hex().encode()
+        return b'{"v":%d,"epoch":%d,"next_seq":%d,"clock":%b,"last_reset_at":%b%b%b}' % (
             _HEAD_FORMAT,
             self.epoch,
             self.next_seq,
             _json_micros(self.clock),
             _json_micros(self.last_reset_at),
             erased,
+            chain,
         )
 
     @classmethod
@@ -84,6 +92,7 @@ class SessionHead(NamedTuple):
             clock=_time(doc.get("clock"), "clock"),
             last_reset_at=_time(doc.get("last_reset_at"), "last_reset_at"),
             erased_at=_time(doc.get("erased_at"), "erased_at"),
+            chain=_chain(doc.get("chain")),
         )
 
 
@@ -207,6 +216,15 @@ def _time(value: object, field: str) -> datetime | None:
     if type(value) is not int or not _MIN_US <= value < _MAX_US:
         raise UnreadableState(f"{field}: not a time in 1970..2999")
     return _EPOCH + value * _MICROSECOND
+
+
+def _chain(value: object) -> bytes | None:
+    if value is None:
+        return None
+    chain = parse_chain(value) if type(value) is str else None
+    if chain is None:
+        raise UnreadableState("chain: not 64 lowercase hex digits")
+    return chain
 
 
 def _json_micros(at: datetime | None) -> bytes:
