@@ -331,3 +331,30 @@ class Cluster:
 def describe(admin, topics: list[str]) -> dict[str, list[dict]]:
     """Each topic's partitions as the admin client describes them (leader, replicas, ISR)."""
     return {t["name"]: t["partitions"] for t in admin.describe_topics(topics)}
+
+
+def committed_input(env: dict[str, str], topic: str) -> dict[int, int]:
+    """Where the worker stands: the group's committed offset of each partition of `topic`
+    that has one above 0 (the end offsets may be past it by a transaction marker)."""
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=env["KAFKA_BOOTSTRAP"])
+    try:
+        committed = admin.list_group_offsets(group_of(env)).get(group_of(env), {})
+    finally:
+        admin.close()
+    return {tp.partition: o.offset for tp, o in committed.items()
+            if tp.topic == topic and o.offset > 0}
+
+
+def checkpointed_at(ks: KafkaSettings, offsets: dict[int, int]) -> bool:
+    """Each partition has a checkpoint at or after its offset in `offsets`."""
+    from workers.core.checkpoint_format import CHECKPOINTS, parse_key, read_manifest
+    from workers.kafka_io import read
+
+    at: dict[int, int] = {}
+    for r in read(ks, ks.topic(CHECKPOINTS)):
+        kind, p, _, _ = parse_key(r.key)
+        if kind == "m" and r.value is not None:
+            at[p] = max(at.get(p, -1), read_manifest(r.value, p)["input_offset"])
+    return all(at.get(p, -1) >= off for p, off in offsets.items())

@@ -14,7 +14,14 @@ from kafka import KafkaAdminClient, TopicPartition
 from transcript_connector.partitioning import partition_for
 
 from tests.conftest import cli
-from tests.integration.harness import Collector, group_of, poll_until, wait_drained
+from tests.integration.harness import (
+    Collector,
+    checkpointed_at,
+    committed_input,
+    group_of,
+    poll_until,
+    wait_drained,
+)
 from tests.unit.wire import confirmation, dumps
 from workers.core.checkpoint_format import CHECKPOINTS, manifest_key
 from workers.core.outputs import CONFIRMATIONS, ENTRIES
@@ -106,7 +113,11 @@ def test_audit_past_retention_finds_forged_missing_and_changed(env, truncated):
     assert report["examples"]["missing"] == [key(old["seq"]).decode()]
     assert report["examples"]["rewritten"] == [key(new["seq"]).decode()]
     assert found["unexpected"] == found["missing"] == found["rewritten"] == 1
-    assert sum(found.values()) == 3 + found["order"]  # a tombstoned seq leaves a gap
+    # the chain (tests/integration/test_chain.py) finds each too: the forged and the changed
+    # entry have no chain header, and the entry after the tombstoned one does not chain
+    chain = {f.split(": ", 1)[0] for f in report["examples"]["chain"]}
+    assert found["chain"] == 3 and {f"{DM} seq {top + 1}", f"{DM} seq {new['seq']}"} <= chain
+    assert sum(found.values()) == 6 + found["order"]  # a tombstoned seq leaves a gap
 
 
 def test_audit_without_a_checkpoint_past_retention_cannot_run(env, topics):
@@ -203,7 +214,10 @@ def test_audit_past_retention_checks_a_session_erased_before_the_checkpoint(env,
     assert report["examples"]["missing"] == [key(4).decode()]
     assert report["examples"]["unexpected"] == [key(2).decode()]
     found = {k: v for k, v in report["discrepancies"].items() if v}
-    assert found == {"missing": 1, "unexpected": 1, "order": 1}  # seq 2 after 6
+    # seq 2 after 6; and seq 5 no longer chains: the entry before it (4) is gone (seq 2, with
+    # no chain header, reads as written before the chain: `unexpected` finds it)
+    assert found == {"missing": 1, "unexpected": 1, "order": 1, "chain": 1}
+    assert report["examples"]["chain"][0].startswith(f"{victim} seq 5: ")
 
 
 def send(session: str, send_id: str, at: datetime) -> tuple[bytes, bytes]:
@@ -218,8 +232,6 @@ def test_a_partition_that_went_quiet_is_checkpointed_after_its_last_record(env, 
     the end of what it processed, by time, not with a next batch that never comes (until issue
     24 a checkpoint rode a batch, at the batch's first offset). So once retention has removed
     every input record, `audit` starts every partition at that checkpoint and is clean."""
-    from workers.core.checkpoint_format import parse_key, read_manifest
-
     ks = kafka_settings(env)
     scenario = steps("ret4", datetime(2026, 6, 1, 9, 0, tzinfo=UTC))
     source = ks.topic(CONFIRMATIONS)
@@ -230,26 +242,9 @@ def test_a_partition_that_went_quiet_is_checkpointed_after_its_last_record(env, 
     written = sum(s.expect == "written" for s in scenario)
     entries.wait_for(lambda r: len(r) >= written, 30, w)
     entries.close()
-    # where the worker stands: the group's committed offsets (the end offsets may be past them
-    # by a transaction marker)
-    admin = KafkaAdminClient(bootstrap_servers=env["KAFKA_BOOTSTRAP"])
-    try:
-        committed = admin.list_group_offsets(group_of(env)).get(group_of(env), {})
-    finally:
-        admin.close()
-    cut = {tp.partition: o.offset for tp, o in committed.items()
-           if tp.topic == source and o.offset > 0}
+    cut = committed_input(env, source)
     assert cut
-
-    def checkpointed_at_the_end() -> bool:
-        at: dict[int, int] = {}
-        for r in read(ks, ks.topic(CHECKPOINTS)):
-            kind, p, _, _ = parse_key(r.key)
-            if kind == "m" and r.value is not None:
-                at[p] = max(at.get(p, -1), read_manifest(r.value, p)["input_offset"])
-        return all(at.get(p, -1) >= off for p, off in cut.items())
-
-    poll_until(checkpointed_at_the_end, 60, [w],
+    poll_until(lambda: checkpointed_at(ks, cut), 60, [w],
                "a checkpoint of every partition at the end of its input, with no input after")
     assert w.stop() == 0
     admin = KafkaAdminClient(bootstrap_servers=env["KAFKA_BOOTSTRAP"])

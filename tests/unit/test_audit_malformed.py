@@ -22,11 +22,21 @@ from workers.commands import audit, audit_start
 from workers.core import MemoryState, SessionHead, head_key
 from workers.core import checkpoint_format as checkpoints
 from workers.core.checkpoint_format import CHECKPOINTS, Malformed
-from workers.core.outputs import CONFIRMATIONS, DIAGNOSTICS, DLQ, ENTRIES, ERASURES, Source
+from workers.core.outputs import (
+    CONFIRMATIONS,
+    DIAGNOSTICS,
+    DLQ,
+    ENTRIES,
+    ERASURES,
+    SESSIONS,
+    Source,
+    changelog_topic,
+)
 from workers.core.owner import Owner, apply
 from workers.settings import kafka_settings
 
 PREFIX = "t."
+CHANGELOG = changelog_topic("", "transcript-owner", SESSIONS)  # PREFIX is added by Cluster.add
 SECRET = "s3cret-text"  # in every garbage record: no finding may repeat it
 SESSION = next(k for i in range(1000)
                if partition_for(k := f"agent:ops:telegram:direct:u{i}", 8) == 0)
@@ -79,6 +89,8 @@ def processed(cluster: Cluster, *inputs: dict) -> None:
         apply(state, step)
         for out in step.sends:
             cluster.add(out.topic, out.key, out.value, 0, out.headers)
+        # the session's head, as the worker's state changelog holds it (the chain's end)
+        cluster.add(CHANGELOG, head_key(SESSION), state.head(SESSION).to_bytes())
 
 
 def scenario(cluster: Cluster) -> None:

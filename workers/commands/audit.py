@@ -17,6 +17,10 @@ written is compared with what the topics hold:
               Past input retention, a session erased before the checkpoint is checked
               against its erasure record: seqs up to its through_seq tombstoned, later ones
               present (workers/commands/audit_start.py)
+  chain       a session's hash chain (DESIGN 1.2) broken: an entry changed, removed, inserted or
+              moved, named by session and seq; checked over the whole compacted topic and
+              against the worker's state (each session's head in the state changelog, and the
+              checkpoint the audit starts from), so it needs no input (audit_chain.py)
   malformed   a record of a worker-owned topic (entries, diagnostics, dead letters, erasures,
               checkpoints) that is not one the worker writes: not JSON, the wrong shape, a key
               of the wrong form, a checkpoint manifest of another partition. Named by topic,
@@ -47,7 +51,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from workers.commands import audit_control, audit_start
+from workers.commands import audit_chain, audit_control, audit_start
 from workers.commands.loadgen import Progress
 from workers.core import MemoryState
 from workers.core.checkpoint_format import (
@@ -72,12 +76,13 @@ from workers.core.outputs import (
     entry_key,
 )
 from workers.core.owner import Owner, apply, record_clock
+from workers.core.state import CUTOVER_KEY
 from workers.settings import KafkaSettings, kafka_settings, worker_settings
 
 KINDS = ("missing", "unexpected", "differing", "rewritten", "order",
          "diagnostics_missing", "diagnostics_unexpected", "dead_letters_missing",
-         "dead_letters_unexpected", "erasures_missing", "erasures_unexpected", "malformed",
-         "unaudited")
+         "dead_letters_unexpected", "erasures_missing", "erasures_unexpected", "chain",
+         "malformed", "unaudited")
 EXAMPLES = 20  # findings listed per kind in the report
 SEQ_MAX = 9_999_999_999  # an entry key's seq has 10 digits
 T = TypeVar("T")
@@ -250,16 +255,20 @@ def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Rep
                     since: datetime | None, bar: Progress,
                     checkpoint: Checkpoint | None = None,
                     erasures: dict[str, list[dict]] | None = None,
-                    cutovers: dict[int, int | str] | None = None) -> set[tuple[int, int]]:
+                    cutovers: dict[int, int | str] | None = None,
+                    heads: dict[str, Any] | None = None) -> set[tuple[int, int]]:
     """Compare one partition; return the (partition, offset) pairs of the input that must be
     dead letters (transcript.control's: `report.control_dead`). `erasures`:
     transcript.erasures, session key -> its records oldest first (for sessions a checkpoint
-    holds as erased); `cutovers`: the input partitions' erase cut-overs (audit_control)."""
+    holds as erased); `cutovers`: the input partitions' erase cut-overs (audit_control);
+    `heads`: the state's head of each session of the partition (audit_chain.state_heads)."""
     from workers.kafka_io import read
 
     # past input retention: from a checkpoint, with its state (workers/commands/audit_start.py)
     state = MemoryState() if checkpoint is None else audit_start.state_of(checkpoint)
     older = {} if checkpoint is None else audit_start.before(state)
+    anchors = dict(state.heads)  # the checkpoint's heads, before the replay moves them on
+    chain = audit_chain.ChainCheck()
     # sessions erased before the checkpoint: their erasure records are explained by its state,
     # and give the seqs the erasure tombstoned (through_seq) and those written after it
     erased_older = audit_start.erased_before(state, erasures or {})
@@ -328,10 +337,12 @@ def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Rep
         if r.value is None:  # tombstone: the entry is gone
             seen[key] = None
             hidden.discard(key)
+            chain.read(key, None, ())
             continue
         entry = report.decoded(entries_topic, r, entry_of)
         if entry is None:
             continue  # not the worker's (reported): neither present nor compared
+        chain.read(key, r.value, r.headers)  # the chain, over compaction's view
         if since is not None and datetime.fromisoformat(entry["delivered_at"]) < since:
             hidden.add(key)
             continue
@@ -364,6 +375,8 @@ def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Rep
                 older and (at := audit_start.entry_position(key)) is not None
                 and at[1] < older.get(at[0], 1)):  # written before the checkpoint
             report.find("unexpected", key.decode())
+    for what in chain.findings(heads or {}, anchors):
+        report.find("chain", what)
     if older:  # before the checkpoint: still there, or tombstoned by an erasure
         live = {k for k, d in seen.items() if d is not None} | hidden
         for kind, what in audit_start.older(older, erased_older, erased_keys, live,
@@ -422,12 +435,17 @@ def run(args: argparse.Namespace) -> int:
         dead: set[tuple[int, int]] = set()
         erasures = read_erasures(ks, report)
         history = erasure_records(erasures) if any(checkpoints.values()) else {}
-        cuts = audit_control.cutovers(
-            ks, changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS))
+        changelog = changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS)
+        state = audit_control.changelog_records(
+            ks, changelog, lambda k: k == CUTOVER_KEY or k.startswith(audit_chain.HEAD_KEYS))
+        cuts = audit_control.cutovers(changelog, state)
+        state_found = bool(end_offsets(ks, changelog))
         for p in sorted(checkpoints):
             report.partitions += 1
+            heads = audit_chain.state_heads((k, v) for q, _, k, v in state if q == p) \
+                if state_found else None
             dead |= audit_partition(ks, owner, p, report, since, bar, checkpoints[p], history,
-                                    cuts)
+                                    cuts, heads)
         actual_dead = set()
         actual_control_dead = set()
         control = ks.topic(CONTROL)

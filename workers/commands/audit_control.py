@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,24 +22,33 @@ from workers.core.state import CUTOVER_KEY
 from workers.settings import KafkaSettings
 
 
-def cutovers(ks: KafkaSettings, changelog: str) -> dict[int, int | str]:
-    """Per input partition, its erase cut-over (absent: not known); for a value that is not
-    an offset, the `malformed` finding to report (the partition is then audited without one)."""
+def changelog_records(ks: KafkaSettings, changelog: str, keys: Callable[[bytes], bool]
+                      ) -> list[tuple[int, int, bytes, bytes | None]]:
+    """The records of the state changelog whose key `keys` accepts, (partition, offset, key,
+    value) in offset order per partition; none when the changelog does not exist."""
     from workers.kafka_io import end_offsets, read
 
-    out: dict[int, int | str] = {}
     if not end_offsets(ks, changelog):
-        return out
-    for r in read(ks, changelog):
-        if r.key != CUTOVER_KEY:
+        return []
+    return [(r.partition, r.offset, r.key, r.value) for r in read(ks, changelog)
+            if r.key is not None and keys(r.key)]
+
+
+def cutovers(changelog: str, records: Iterable[tuple[int, int, bytes, bytes | None]]
+             ) -> dict[int, int | str]:
+    """Per input partition, its erase cut-over (absent: not known); for a value that is not
+    an offset, the `malformed` finding to report (the partition is then audited without one)."""
+    out: dict[int, int | str] = {}
+    for partition, offset, key, value in records:
+        if key != CUTOVER_KEY:
             continue
-        if r.value is None:
-            out.pop(r.partition, None)
-        elif r.value.isdigit() and len(r.value) <= 19:
-            out[r.partition] = int(r.value)
+        if value is None:
+            out.pop(partition, None)
+        elif value.isdigit() and len(value) <= 19:
+            out[partition] = int(value)
         else:
-            out[r.partition] = (f"{changelog} partition {r.partition} offset {r.offset}: the "
-                                "erase cut-over is not an offset")
+            out[partition] = (f"{changelog} partition {partition} offset {offset}: the "
+                              "erase cut-over is not an offset")
     return out
 
 
