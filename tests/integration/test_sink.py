@@ -346,3 +346,48 @@ def test_errors_exit_2_with_one_line(ks, env, tmp_path):
     other = dict(env, TRANSCRIPT_TOPIC_PREFIX="nosuchprefix.")
     done = cli("sink", "sqlite", str(tmp_path / "y.db"), env=other, timeout=60)
     assert done.returncode == 2 and "does not exist" in done.stderr.decode()
+
+
+def test_the_rows_carry_the_workers_chain_and_show_verifies_a_session(ks, env, workers, sinks,
+                                                                      tmp_path):
+    """The worker's `chain` header (DESIGN 1.2, "Tamper evidence") beside every row, and
+    `show --verify` clean from the database and from the topic; a format 2 database of the
+    same entries migrated and read again gets the same chains. Needs the worker to write the
+    header (workers/core/outputs.py)."""
+    publish(ks, ks.topic(CONFIRMATIONS), generate(400, sessions_n=20, seed=5), 8)
+    w = workers()
+    wait_drained(env["KAFKA_BOOTSTRAP"], group_of(env), ks.topic(CONFIRMATIONS), 120, [w])
+    db = tmp_path / "chained.db"
+    sink = sinks(db, "--until-end")
+    assert sink.proc.wait(timeout=60) == 0, sink.tail()
+    assert count(db, "SELECT count(*) FROM entries") > 0
+    assert count(db, "SELECT count(*) FROM entries WHERE chain IS NULL") == 0
+    c = sqlite3.connect(db)
+    sessions = [s for (s,) in c.execute("SELECT DISTINCT session_key FROM entries LIMIT 3")]
+    c.close()
+    for session in sessions:
+        for where in (["--db", str(db)], []):
+            done = cli("show", session, "--verify", *where, env=env)
+            assert done.returncode == 0, (where, done.stdout.decode(), done.stderr.decode())
+            assert b"chain: verified" in done.stdout and b"(0 written before" in done.stdout
+
+    # the same database as the sink of 1.1 left it (format 2, no chain): migrated in place,
+    # every partition read again, the rows unchanged and given their chain
+    rows = db_entries(db)
+    c = sqlite3.connect(db)
+    chains = c.execute("SELECT session_key, seq, chain FROM entries ORDER BY 1, 2").fetchall()
+    c.executescript("ALTER TABLE entries DROP COLUMN chain; DROP TABLE rechain; "
+                    "PRAGMA user_version = 2;")
+    c.close()
+    again = sinks(db, "--until-end", name="migrating")
+    assert again.proc.wait(timeout=60) == 0, again.tail()
+    assert "migrated from sink format 2 to 3" in again.log.read_text()
+    assert db_entries(db) == rows
+    c = sqlite3.connect(db)
+    assert c.execute("SELECT session_key, seq, chain FROM entries ORDER BY 1, 2").fetchall() \
+        == chains
+    c.close()
+    assert count(db, "SELECT count(*) FROM rechain") == 0
+    done = cli("show", sessions[0], "--verify", "--db", str(db), env=env)
+    assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
+    w.stop()

@@ -10,17 +10,18 @@ import unicodedata
 from collections import namedtuple
 
 import pytest
+from transcript_connector.chain import link, root
 
-from tests.unit.test_sink import Rec, entry, key, value
+from tests.unit.test_sink import FORMAT_1, Rec, entry, format_2, key, value
 from workers.cli import main
 from workers.commands import forget, show
-from workers.commands.sink import SinkDB
+from workers.commands.sink import APPLICATION_ID, SinkDB
 from workers.core.outputs import entry_key, parse_entry_key
 from workers.settings import kafka_settings
 
 K = "agent:a:main"
 NEIGHBOUR = "agent:a:main#1"  # a session key may hold `#`: its keys start with `K#` too
-Record = namedtuple("Record", "key value")
+Record = namedtuple("Record", "key value headers", defaults=((),))
 
 
 @pytest.mark.parametrize("session_key, seq", [
@@ -65,10 +66,10 @@ def partition(monkeypatch) -> list[Record]:
 
 def test_show_reads_only_the_sessions_own_keys_from_the_topic(partition, capsys):
     """On the old code (key prefix `agent:a:main#`) the neighbour's entries were shown too."""
-    shown, _, skipped = show.from_topic(K)
-    assert [(json.loads(t)["seq"], json.loads(t)["text"]) for t in shown] == [
+    shown, _, invalid = show.from_topic(K)
+    assert [(json.loads(s.value)["seq"], json.loads(s.text)["text"]) for s in shown] == [
         (1, "mine"), (3, "mine too")]
-    assert skipped == 1  # seq 4's value is not an entry of its key
+    assert [s.seq for s in invalid] == [4]  # seq 4's value is not an entry of its key
     assert main(["show", K]) == 0
     out = capsys.readouterr()
     assert "another chat" not in out.out and "mine too" in out.out
@@ -111,3 +112,203 @@ def test_visible_keeps_ordinary_text():
     text = "héllo — 你好 \U0001f469\u200d\U0001f467 a\\x1b"  # a ZWJ sequence stays whole
     assert show.visible(text) == text
     assert show.visible("\x00\x7f\x85\u2028\u061c\u200f") == "\\x00\\x7f\\x85\\u2028\\u061c\\u200f"
+
+
+# --- show --verify: the hash chain (DESIGN 1.2, "Tamper evidence") ---------------------------
+
+SK = "agent:ops:telegram:direct:7"
+
+
+def chained(session_key: str, seqs, *, epoch: int = 0, start: bytes | None = None,
+            **fields) -> list[tuple[int, bytes, list]]:
+    """Honest entries of a session as the worker writes them: (seq, value, headers), each with
+    the `chain` header computed by root/link (from `start`, else from the epoch's root)."""
+    previous = start if start is not None else root(session_key, epoch)
+    out = []
+    for seq in seqs:
+        v = value(entry(seq, session_key=session_key, epoch=epoch, text=f"message {seq}",
+                        **fields))
+        previous = link(previous, v)
+        out.append((seq, v, [("chain", previous.hex().encode())]))
+    return out
+
+
+def sink_db(tmp_path, records) -> str:
+    """A sink database holding `records` ((seq, value, headers) of session SK)."""
+    path = tmp_path / "sink.db"
+    d = SinkDB(path, "p.transcript.entries")
+    d.apply({0: [Rec(i, key(seq, SK), v, h) for i, (seq, v, h) in enumerate(records)]}, {})
+    d.close()
+    return str(path)
+
+
+def change(path: str, sql: str, *args) -> None:
+    import sqlite3
+
+    c = sqlite3.connect(path)
+    c.execute(sql, args)
+    c.commit()
+    c.close()
+
+
+def test_verify_an_honest_session_from_the_database(tmp_path, capsys):
+    path = sink_db(tmp_path, chained(SK, range(1, 4)))
+    assert main(["show", SK, "--db", path, "--verify"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 + 3 + 1 and "message 3" in out[4]  # the transcript, then the chain
+    assert out[-1] == "chain: verified 3 entries (0 written before the chain)"
+    assert main(["show", "agent:ops:nobody", "--db", path, "--verify"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "chain: verified 0 entries (0 written before the chain)")
+
+
+def test_verify_names_the_seq_of_a_row_changed_in_the_database(tmp_path, capsys):
+    path = sink_db(tmp_path, chained(SK, range(1, 5)))
+    change(path, "UPDATE entries SET entry_json = replace(entry_json, 'message 2', 'message 3') "
+                 "WHERE seq = 2")  # one byte
+    assert main(["show", SK, "--db", path, "--verify"]) == 1
+    out = capsys.readouterr().out
+    findings = [line for line in out.splitlines() if line.startswith("chain:")]
+    assert findings == ["chain: seq 2: does not chain from seq 1: this entry was changed, or one "
+                        "before it removed, inserted or moved"]
+    assert "verified" not in out
+
+
+def test_verify_finds_a_middle_row_deleted_from_the_database(tmp_path, capsys):
+    path = sink_db(tmp_path, chained(SK, range(1, 5)))
+    change(path, "DELETE FROM entries WHERE seq = 2")
+    assert main(["show", SK, "--db", path, "--verify"]) == 1
+    findings = [line for line in capsys.readouterr().out.splitlines()
+                if line.startswith("chain:")]
+    assert len(findings) == 1 and findings[0].startswith("chain: seq 3: does not chain from "
+                                                         "seq 1")
+    assert "seq 2..2 missing" in findings[0]
+
+
+def test_verify_survives_a_row_that_is_no_entry_any_more(tmp_path, capsys):
+    """Bytes changed into something that is not JSON, not UTF-8, not text: shown as such, the
+    seq named, no traceback."""
+    path = sink_db(tmp_path, chained(SK, range(1, 4)))
+    change(path, "UPDATE entries SET entry_json = '[' || substr(entry_json, 2) WHERE seq = 1")
+    change(path, "UPDATE entries SET entry_json = X'7bff' WHERE seq = 2")
+    change(path, "UPDATE entries SET chain = 42 WHERE seq = 3")
+    assert main(["show", SK, "--db", path, "--verify"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert "[not a transcript entry]" in out[2] and "[not a transcript entry]" in out[3]
+    assert [line.split(":")[1] for line in out if line.startswith("chain:")] == [
+        " seq 1", " seq 2", " seq 3"]
+
+
+def test_verify_counts_rows_written_before_the_chain(tmp_path, capsys):
+    """A session written before 1.2 (no headers), then chained from its root by the worker."""
+    old = [(seq, value(entry(seq, session_key=SK)), []) for seq in (1, 2)]
+    path = sink_db(tmp_path, old)
+    assert main(["show", SK, "--db", path, "--verify"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "chain: verified 0 entries (2 written before the chain)")
+    (tmp_path / "later").mkdir()
+    path = sink_db(tmp_path / "later", old + chained(SK, (3, 4)))
+    assert main(["show", SK, "--db", path, "--verify"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "chain: verified 2 entries (2 written before the chain)")
+
+
+def test_verify_finds_a_header_that_was_dropped_after_chained_entries(tmp_path, capsys):
+    """A header given twice or not ASCII is stored as NULL: after chained entries, a finding."""
+    records = chained(SK, range(1, 4))
+    seq, v, h = records[1]
+    records[1] = (seq, v, h + h)
+    path = sink_db(tmp_path, records)
+    assert main(["show", SK, "--db", path, "--verify"]) == 1
+    assert "chain: seq 2: no chain header after chained entries" in capsys.readouterr().out
+
+
+def test_verify_with_json_keeps_stdout_json_lines(tmp_path, capsys):
+    path = sink_db(tmp_path, chained(SK, range(1, 4)))
+    assert main(["show", SK, "--db", path, "--verify", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["seq"] for line in out.splitlines()] == [1, 2, 3]
+    assert err == "chain: verified 3 entries (0 written before the chain)\n"
+    change(path, "UPDATE entries SET entry_json = replace(entry_json, 'message 3', 'message 4') "
+                 "WHERE seq = 3")
+    assert main(["show", SK, "--db", path, "--verify", "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["seq"] for line in out.splitlines()] == [1, 2, 3]
+    assert err.startswith("chain: seq 3: ") and len(err.splitlines()) == 1
+
+
+def test_verify_reads_databases_of_formats_1_and_2_as_written_before_the_chain(tmp_path,
+                                                                               capsys):
+    import sqlite3
+
+    two = tmp_path / "two.db"
+    format_2(two, [entry(q, session_key=SK) for q in (1, 2)], {0: 2})
+    one = tmp_path / "one.db"
+    c = sqlite3.connect(one)
+    c.executescript(FORMAT_1)
+    c.executemany("INSERT INTO entries VALUES (?, 0, ?, ?, ?, ?)",
+                  [(SK, q, f"id-{q}", f"send-{q}", value(entry(q, session_key=SK)).decode())
+                   for q in (1, 2, 3)])
+    c.commit()
+    c.close()
+    before = one.read_bytes(), two.read_bytes()
+    assert main(["show", SK, "--db", str(two), "--verify"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "chain: verified 0 entries (2 written before the chain)")
+    assert main(["show", SK, "--db", str(one), "--verify"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "chain: verified 0 entries (3 written before the chain)")
+    assert (one.read_bytes(), two.read_bytes()) == before  # read-only: not migrated
+
+
+def test_verify_cannot_run_on_a_database_still_read_again_after_its_migration(tmp_path,
+                                                                              capsys):
+    path = tmp_path / "two.db"
+    format_2(path, [entry(1, session_key=SK)], {0: 9})
+    SinkDB(path, "p.transcript.entries").close()  # migrated: partition 0 read again up to 9
+    assert main(["show", SK, "--db", str(path)]) == 0  # the rows are right meanwhile
+    capsys.readouterr()
+    assert main(["show", SK, "--db", str(path), "--verify"]) == 2
+    out, err = capsys.readouterr()
+    assert "still reading 1 partitions again" in err and "Traceback" not in err
+
+
+def test_verify_cannot_run_without_a_sink_database(tmp_path, capsys):
+    import sqlite3
+
+    newer = tmp_path / "newer.db"
+    c = sqlite3.connect(newer)
+    c.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    c.execute("PRAGMA user_version = 4")
+    c.close()
+    foreign = tmp_path / "foreign.db"
+    c = sqlite3.connect(foreign)
+    c.execute("CREATE TABLE entries (seq INTEGER, entry_json TEXT, chain TEXT)")
+    c.close()
+    for path, reason in ((newer, "sink database version 4, this version reads versions up to "
+                                 "3"),
+                         (foreign, "is not a sink database"),
+                         (tmp_path / "missing.db", "no sink database at")):
+        assert main(["show", SK, "--db", str(path), "--verify"]) == 2
+        out, err = capsys.readouterr()
+        assert reason in err and len(err.splitlines()) == 1 and out == "", err
+
+
+def test_verify_from_the_topic_checks_compactions_view_with_its_headers(monkeypatch, capsys):
+    """Each key's latest value with its header; a live value the sink would skip is verified
+    too, and a tombstoned entry is a gap."""
+    honest = chained(SK, range(1, 5))
+    records = [Record(key(seq, SK), v, h) for seq, v, h in honest]
+    monkeypatch.setattr("workers.kafka_io.read", lambda ks, t, *, partitions: iter(records))
+    assert main(["show", SK, "--verify"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "chain: verified 4 entries (0 written before the chain)")
+
+    records.append(Record(key(2, SK), b'{"not": "an entry"}', honest[1][2]))  # rewritten
+    records.append(Record(key(4, SK), None))  # the last one erased: only `audit` can tell
+    assert main(["show", SK, "--verify", "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["seq"] for line in out.splitlines()] == [1, 3]
+    assert "1 live records of the session are not valid entries" in err
+    assert [line for line in err.splitlines() if line.startswith("chain:")] == [
+        "chain: seq 2: the value names another session or seq than its key"]

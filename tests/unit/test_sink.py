@@ -17,11 +17,12 @@ from workers.commands.sink import (
     SinkError,
     Skip,
     Upsert,
+    chain_header,
     classify,
 )
 
 TOPIC = "p.transcript.entries"
-Rec = namedtuple("Rec", "offset key value")
+Rec = namedtuple("Rec", "offset key value headers", defaults=((),))  # as kafka-python
 SK = "agent:ops:telegram:direct:42"
 
 
@@ -48,14 +49,14 @@ def value(e: dict) -> bytes:
 
 def test_an_entry_becomes_an_upsert_of_its_fields_and_its_bytes():
     v = value(entry(3))
-    change = classify(key(3), v)
-    assert change == Upsert(SK, 0, 3, "id-3", "send-3", v.decode())
+    change = classify(key(3), v, [("chain", b"ab" * 32)])
+    assert change == Upsert(SK, 0, 3, "id-3", "send-3", v.decode(), "ab" * 32)
 
 
 def test_a_tombstone_deletes_its_key():
-    assert classify(key(7), None) == Delete(SK, 7)
-    assert classify(b"agent:a:b#c:x#0000000012", None) == Delete("agent:a:b#c:x", 12)
-    assert classify(b"agent:a:main#1#0000000001", None) == Delete("agent:a:main#1", 1)
+    assert classify(key(7), None, ()) == Delete(SK, 7)
+    assert classify(b"agent:a:b#c:x#0000000012", None, None) == Delete("agent:a:b#c:x", 12)
+    assert classify(b"agent:a:main#1#0000000001", None, ()) == Delete("agent:a:main#1", 1)
 
 
 @pytest.mark.parametrize("k, v, why", [
@@ -74,7 +75,7 @@ def test_a_tombstone_deletes_its_key():
     (SK.encode() + "#000000001\u0662".encode(), value(entry(12)), "key: not"),  # not ASCII
 ])
 def test_an_invalid_record_is_skipped_with_a_reason_and_no_content(k, v, why):
-    change = classify(k, v)
+    change = classify(k, v, [("chain", b"ab" * 32)])
     assert isinstance(change, Skip)
     assert why in change.reason
     assert "secret" not in change.reason
@@ -181,7 +182,7 @@ def test_a_database_of_another_topic_or_no_database_is_refused(tmp_path):
     c.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     c.execute("PRAGMA user_version = 7")
     c.close()
-    with pytest.raises(SinkError, match="sink database version 7, this sink writes version 2"):
+    with pytest.raises(SinkError, match="sink database version 7, this sink writes version 3"):
         SinkDB(newer, TOPIC)
 
 
@@ -225,7 +226,7 @@ def test_a_format_1_database_is_migrated_in_place_its_rows_kept(tmp_path):
         CREATE TRIGGER count_rows AFTER INSERT ON entries BEGIN INSERT INTO audit VALUES (1); END;
     """)
     c.executemany("INSERT INTO entries VALUES (?, 0, ?, ?, ?, ?)",
-                  [(SK, q, f"id-{q}", f"send-{q}", value(entry(q))) for q in (1, 2)])
+                  [(SK, q, f"id-{q}", f"send-{q}", value(entry(q)).decode()) for q in (1, 2)])
     c.executemany("INSERT INTO offsets VALUES (?, ?, ?)", [(TOPIC, 0, 40), (TOPIC, 3, 9)])
     c.executemany("INSERT INTO skipped VALUES (?, ?, ?, ?)", [
         (TOPIC, 0, 31, "send_id: the session already holds it at seq 2"),
@@ -238,13 +239,188 @@ def test_a_format_1_database_is_migrated_in_place_its_rows_kept(tmp_path):
     d = SinkDB(path, TOPIC)
     assert marks(path) == (APPLICATION_ID, SCHEMA_VERSION)
     assert rows(d) == [(SK, 1, "send-1"), (SK, 2, "send-2")]
-    assert d.offsets() == {0: 31, 3: 9}  # partition 0 again from its first send_id skip
+    assert columns(d, "entries")[-1] == "chain"
+    assert chains(d) == [None, None]  # format 1 rows have none yet
+    # format 3: every partition read again from its start, its records before where format 1
+    # was (partition 0: its first send_id skip) only giving rows their chain
+    assert d.offsets() == {0: 0, 3: 0}
+    assert d.rechain() == {0: 31, 3: 9}
     assert d.db.execute('SELECT partition, "offset" FROM skipped').fetchall() == [(3, 4)]
-    d.apply({0: [Rec(31, key(3), value(entry(3, send_id="send-2")))]}, {0: 31})
+    d.apply({0: [Rec(30, key(1), value(entry(1)), [("chain", b"01" * 32)]),
+                 Rec(31, key(3), value(entry(3, send_id="send-2")))]}, {0: 0})
     assert rows(d)[-1] == (SK, 3, "send-2")  # the new constraint: (session_key, seq) only
+    assert chains(d) == ["01" * 32, None, None]
+    assert d.rechain() == {3: 9}
     assert d.db.execute("SELECT count(*) FROM audit").fetchone()[0] == 1  # the trigger is kept
     d.close()
-    db(tmp_path).close()  # and opens as a format 2 database from now on
+    db(tmp_path).close()  # and opens as a format 3 database from now on
+
+
+def columns(d: SinkDB, table: str) -> list[str]:
+    return [row[1] for row in d.db.execute(f"PRAGMA table_info({table})")]
+
+
+def chains(d: SinkDB) -> list[str | None]:
+    return [c for (c,) in d.db.execute("SELECT chain FROM entries ORDER BY seq")]
+
+
+CHAIN_1 = "0123456789abcdef" * 4
+
+
+def test_the_chain_header_is_stored_beside_the_row(tmp_path):
+    d = db(tmp_path)
+    d.apply({0: [Rec(0, key(1), value(entry(1)), [("other", b"x"), ("chain", CHAIN_1.encode())]),
+                 Rec(1, key(2), value(entry(2)), [("chain", b"not hex, still its text")])]}, {})
+    assert chains(d) == [CHAIN_1, "not hex, still its text"]
+    d.apply({0: [Rec(2, key(2), value(entry(2, text="again")))]}, {0: 2})  # a new value, no header
+    assert chains(d) == [CHAIN_1, None]
+
+
+@pytest.mark.parametrize("headers", [
+    (), None, [("other", CHAIN_1.encode())],
+    [("chain", CHAIN_1.encode()), ("chain", CHAIN_1.encode())],  # twice
+    [("chain", "0123456789abcdé".encode())],  # not ASCII
+    [("chain", None)],  # a null header value
+    [("Chain", CHAIN_1.encode())],
+    [("chain",)], [1, 2], 7, [("chain", CHAIN_1)],  # not what a client gives: still no raise
+])
+def test_a_record_without_exactly_one_ascii_chain_header_is_stored_with_chain_null(tmp_path,
+                                                                                  headers):
+    change = classify(key(1), value(entry(1)), headers)
+    assert isinstance(change, Upsert) and change.chain is None
+    d = db(tmp_path)
+    assert d.apply({0: [Rec(0, key(1), value(entry(1)), headers)]}, {}).upserted == 1
+    assert chains(d) == [None]
+
+
+def test_chain_header_reads_the_clients_forms():
+    assert chain_header([("chain", CHAIN_1.encode())]) == CHAIN_1
+    assert chain_header([(b"chain", bytearray(CHAIN_1.encode()))]) == CHAIN_1
+    assert chain_header([("chain", b"")]) == ""  # ASCII: stored, and verification reports it
+
+
+# format 2, as the sink of 1.1 made it (the sink's marks, user_version 2, no chain)
+FORMAT_2 = """
+CREATE TABLE entries (
+    session_key TEXT NOT NULL, epoch INTEGER NOT NULL, seq INTEGER NOT NULL,
+    entry_id TEXT NOT NULL, send_id TEXT NOT NULL, entry_json TEXT NOT NULL,
+    UNIQUE (session_key, seq));
+CREATE INDEX entries_send_id ON entries (session_key, send_id);
+CREATE TABLE offsets (topic TEXT NOT NULL, partition INTEGER NOT NULL,
+    next_offset INTEGER NOT NULL, PRIMARY KEY (topic, partition));
+CREATE TABLE skipped (topic TEXT NOT NULL, partition INTEGER NOT NULL, "offset" INTEGER NOT NULL,
+    reason TEXT NOT NULL, PRIMARY KEY (topic, partition, "offset"));
+PRAGMA application_id = {APPLICATION_ID};
+PRAGMA user_version = 2;
+""".replace("{APPLICATION_ID}", str(APPLICATION_ID))
+
+
+def format_2(path, entries: list[dict], offsets: dict[int, int], topic: str = TOPIC) -> None:
+    c = sqlite3.connect(path)
+    c.executescript(FORMAT_2)
+    c.executemany("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)",
+                  [(e["session_key"], e["epoch"], e["seq"], e["entry_id"], e["send_id"],
+                    value(e).decode()) for e in entries])
+    c.executemany("INSERT INTO offsets VALUES (?, ?, ?)",
+                  [(topic, p, o) for p, o in offsets.items()])
+    c.commit()
+    c.close()
+
+
+def test_a_format_2_database_is_migrated_in_place_and_read_again_for_the_chain(tmp_path, caplog):
+    """The column is added, rows and the database's own objects stay, every partition is read
+    again from 0; a record before the offset the database held only gives the row holding
+    exactly its value its chain (an older value, a tombstone, an invalid record, an entry
+    the database no longer holds change nothing), and from that offset on records apply as
+    always."""
+    path = tmp_path / "sink.db"
+    format_2(path, [entry(1), entry(2, text="latest")], {0: 40, 3: 9, 5: 0})
+    c = sqlite3.connect(path)
+    c.executescript("CREATE TABLE audit (n INTEGER); CREATE TRIGGER count_rows AFTER UPDATE ON "
+                    "entries BEGIN INSERT INTO audit VALUES (1); END;")
+    c.close()
+    caplog.set_level("INFO", logger="transcript_owner.sink")
+
+    d = SinkDB(path, TOPIC)
+    assert marks(path) == (APPLICATION_ID, SCHEMA_VERSION)
+    assert columns(d, "entries") == ["session_key", "epoch", "seq", "entry_id", "send_id",
+                                     "entry_json", "chain"]
+    assert rows(d) == [(SK, 1, "send-1"), (SK, 2, "send-2")] and chains(d) == [None, None]
+    assert d.offsets() == {0: 0, 3: 0, 5: 0}
+    assert d.rechain() == {0: 40, 3: 9}
+    assert "migrated from sink format 2 to 3" in caplog.text
+    assert "2 partitions are read again from their start" in caplog.text
+
+    c1, c2, c3 = (f"{n:02x}" * 32 for n in (1, 2, 3))
+    done = d.apply({0: [
+        Rec(0, key(1), value(entry(1)), [("chain", c1.encode())]),
+        Rec(1, key(2), value(entry(2, text="older")), [("chain", b"ff" * 32)]),  # superseded
+        Rec(2, key(9), value(entry(9, text="erased")), [("chain", b"ee" * 32)]),  # erased since
+        Rec(3, key(1), None),  # a tombstone the rows already reflect (re-written after it)
+        Rec(4, key(7), b"{not json"),
+        Rec(5, key(2), value(entry(2, text="latest")), [("chain", c2.encode())]),
+    ]}, {0: 0})
+    assert (done.upserted, done.deleted, done.skipped, done.rechained) == (0, 0, 0, 2)
+    assert rows(d) == [(SK, 1, "send-1"), (SK, 2, "send-2")]
+    assert chains(d) == [c1, c2]
+    assert d.counts() == (2, 0)
+    assert d.db.execute("SELECT count(*) FROM audit").fetchone()[0] == 2  # the trigger is kept
+    assert d.rechain() == {0: 40, 3: 9} and d.offsets()[0] == 6
+
+    done = d.apply({0: [Rec(39, key(1), value(entry(1)), [("chain", c1.encode())]),
+                        Rec(40, key(3), value(entry(3)), [("chain", c3.encode())]),
+                        Rec(41, key(1), None)]}, {0: 6})
+    assert (done.upserted, done.deleted, done.rechained) == (1, 1, 1)
+    assert rows(d) == [(SK, 2, "send-2"), (SK, 3, "send-3")] and chains(d) == [c2, c3]
+    assert d.rechain() == {3: 9} and d.offsets()[0] == 42
+    assert "[0]: read again up to offset 40" in caplog.text
+    d.close()
+    d = db(tmp_path)  # a format 3 database: opened as it is, nothing rewound again
+    assert d.offsets() == {0: 42, 3: 0, 5: 0} and d.rechain() == {3: 9}
+    d.reset()
+    assert d.rechain() == {}
+
+
+def test_a_partition_read_again_ends_where_only_gaps_are_left(tmp_path):
+    """Its last records compacted away (or only transaction markers after them): the sink's
+    position passes `until_offset` with no record, and end_rechain ends it, compare-and-set."""
+    path = tmp_path / "sink.db"
+    format_2(path, [entry(1)], {0: 40})
+    d = SinkDB(path, TOPIC)
+    d.apply({0: [Rec(10, key(1), value(entry(1)), [("chain", CHAIN_1.encode())])]}, {0: 0})
+    d.end_rechain(0, expected=5)  # not what the database holds: another process moved it
+    assert d.rechain() == {0: 40}
+    d.end_rechain(0, expected=11)
+    assert d.rechain() == {} and chains(d) == [CHAIN_1]
+    d.end_rechain(0, expected=11)  # done already: nothing
+
+
+def test_a_database_of_another_topic_is_refused_before_it_is_migrated(tmp_path):
+    path = tmp_path / "sink.db"
+    format_2(path, [entry(1)], {0: 40}, topic="q.transcript.entries")
+    before = path.read_bytes()
+    with pytest.raises(SinkError, match="holds entries of topic q.transcript.entries"):
+        SinkDB(path, TOPIC)
+    c = sqlite3.connect(path)
+    assert c.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert c.execute("SELECT next_offset FROM offsets").fetchall() == [(40,)]
+    c.close()
+    assert len(path.read_bytes()) == len(before)  # WAL mode aside, not written
+
+
+@pytest.mark.parametrize("script", [
+    FORMAT_2.replace("PRAGMA user_version = 2", "PRAGMA user_version = 3"),  # 3 without chain
+    FORMAT_2.replace("entry_json TEXT NOT NULL,", "entry_json TEXT NOT NULL, chain TEXT,"),
+])
+def test_a_sink_mark_on_tables_of_another_format_is_refused(tmp_path, script):
+    path = tmp_path / "odd.db"
+    c = sqlite3.connect(path)
+    c.executescript(script)
+    c.close()
+    before = path.read_bytes()
+    with pytest.raises(SinkError, match="is not a sink database"):
+        SinkDB(path, TOPIC)
+    assert path.read_bytes() == before
 
 
 def another_apps(path, ddl: str, user_version: int = 0) -> bytes:

@@ -1,4 +1,4 @@
-"""`transcript-owner show SESSION_KEY [--db PATH]`: one session's transcript.
+"""`transcript-owner show SESSION_KEY [--db PATH] [--verify]`: one session's transcript.
 
 With `--db PATH` it reads the session from a database that `transcript-owner sink sqlite PATH`
 keeps (one indexed query; as fresh as the sink's last batch).
@@ -16,6 +16,22 @@ Either way a session is its exact entry keys (`<session_key>#<10 digits>`, parse
 is not shown either, so both sources print the same. The table view shows control and bidi
 characters of any field escaped (`\\x1b`, `\\u202e`), so transcript text cannot drive the
 terminal; `--json` prints each entry's JSON exactly as stored.
+
+`--verify` checks the session's hash chain (DESIGN 1.2, "Tamper evidence";
+`transcript_connector.chain.verify_session`) over what was read: with `--db`, from the database
+alone (each row's `entry_json`, encoded UTF-8, is the value the chain covers; its `chain`
+column the header); from the topic, over compaction's view (each key's latest value with its
+`chain` header), where a live value the sink would skip is verified too (a finding) while the
+database simply lacks it (a gap, found at the next entry). Entries written before the chain
+(no header, before any chained entry) are counted, not checked: a sink database of format 1 or
+2 has only such rows. It finds an entry changed, removed, inserted or moved before the
+session's last chained entry. It cannot find a cut-off end (the last entries removed) or
+forgeries appended after the last entry: there is no head to compare with here. Those need
+`transcript-owner audit`, which checks the worker's state. After the transcript it prints
+`chain: verified N entries (M written before the chain)`, or one `chain: seq S: problem` line
+per finding (to stderr with `--json`, so stdout stays JSON lines); exit 0 clean, 1 on any
+finding, 2 when it cannot verify (no sink database at PATH, one the sink did not make or newer,
+one still reading its partitions again after the migration to format 3).
 """
 
 from __future__ import annotations
@@ -25,6 +41,7 @@ import json
 import sqlite3
 import sys
 from pathlib import Path
+from typing import NamedTuple, TextIO
 
 from workers.topics import format_table
 
@@ -42,6 +59,20 @@ def visible(text: object) -> str:
     return str(text).translate(_VISIBLE)
 
 
+class Stored(NamedTuple):
+    """One entry of the session as its source holds it: seq (from its key or row), value bytes
+    (the record's value; a row's `entry_json` encoded UTF-8) and `chain` header text (None:
+    none)."""
+
+    seq: int
+    value: bytes
+    chain: str | None
+
+    @property
+    def text(self) -> str:
+        return self.value.decode("utf-8", "replace")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("session_key", metavar="SESSION_KEY",
                         help="canonical key, e.g. agent:ops:telegram:direct:42")
@@ -50,44 +81,86 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--db", metavar="PATH",
         help="read from a sink database (transcript-owner sink sqlite PATH) instead of "
              "reading the session's whole partition of the topic")
+    parser.add_argument(
+        "--verify", action="store_true",
+        help="check the session's hash chain over what was read (with --db: the database "
+             "alone): exit 1 on an entry changed, removed, inserted or moved before the last "
+             "chained one, naming its seq (to stderr with --json). It cannot see a cut-off "
+             "end or forgeries appended after the last entry: `transcript-owner audit` "
+             "checks those against the worker's state")
 
 
 def run(args: argparse.Namespace) -> int:
+    odd = 0  # --db: rows whose seq is not a whole number (no row the sink wrote)
     if args.db is not None:
         try:
-            raw = from_db(args.db, args.session_key)
+            stored, odd = from_db(args.db, args.session_key, verify=args.verify)
         except LookupError as exc:
             print(f"show: {visible(exc)}", file=sys.stderr)
             return 2
+        invalid: list[Stored] = []
         where = args.db
+        if odd:
+            print(f"show: {odd} rows of the session have a seq that is not a whole number "
+                  "(not shown)", file=sys.stderr)
     else:
-        raw, partition, skipped = from_topic(args.session_key)
+        stored, partition, invalid = from_topic(args.session_key)
         where = f"partition {partition}"
-        if skipped:
-            print(f"show: {skipped} live records of the session are not valid entries of "
+        if invalid:
+            print(f"show: {len(invalid)} live records of the session are not valid entries of "
                   "their key (not shown; the sink skips them too)", file=sys.stderr)
     if args.json:
-        for text in raw:
-            print(text)
-        return 0
-    shown = [json.loads(text) for text in raw]
-    if not shown:
+        for s in stored:
+            print(s.text)
+    elif not stored:
         print(visible(f"no entries for {args.session_key} ({where})"))
+    else:
+        print(format_table(
+            [tuple(visible(cell) for cell in _cells(s)) for s in stored],
+            ("epoch", "seq", "delivered_at", "source", "posted by", "text"),
+        ))
+    if not args.verify:
         return 0
-    print(format_table(
-        [tuple(visible(cell) for cell in (
-            e["epoch"], e["seq"], e["delivered_at"], e["source"],
-            f"{e['posted_by']['kind']}:{e['posted_by'].get('name') or e['posted_by']['id']}",
-            e["text"] or "[" + ", ".join(m["name"] for m in e["media"]) + "]"))
-         for e in shown],
-        ("epoch", "seq", "delivered_at", "source", "posted by", "text"),
-    ))
+    return report(args.session_key, [*stored, *invalid], odd,
+                  sys.stderr if args.json else sys.stdout)
+
+
+def _cells(s: Stored) -> tuple[object, ...]:
+    """A row of the table view; a value that is no transcript entry (a database changed by
+    hand: the sink stores only valid ones) is shown as such, not as a traceback."""
+    try:
+        e = json.loads(s.value)
+        return (e["epoch"], e["seq"], e["delivered_at"], e["source"],
+                f"{e['posted_by']['kind']}:{e['posted_by'].get('name') or e['posted_by']['id']}",
+                e["text"] or "[" + ", ".join(m["name"] for m in e["media"]) + "]")
+    except (ValueError, RecursionError, LookupError, TypeError, AttributeError):
+        return ("?", s.seq, "", "", "", "[not a transcript entry]")
+
+
+def report(session_key: str, entries: list[Stored], odd: int, out: TextIO) -> int:
+    """`--verify`: the chain over `entries`, one line per finding or one line when clean, on
+    `out`; the exit code (1: a finding)."""
+    from transcript_connector.chain import verify_session
+
+    verified = verify_session(session_key, entries)
+    for finding in verified.findings:
+        print(visible(f"chain: {finding}"), file=out)
+    if odd:
+        print(f"chain: {odd} rows of the session have a seq that is not a whole number: the "
+              "database was changed", file=out)
+    if verified.findings or odd:
+        return 1
+    print(f"chain: verified {verified.chained} entries ({verified.unchained} written before "
+          "the chain)", file=out)
     return 0
 
 
-def from_db(path: str, session_key: str) -> list[str]:
-    """The session's entries (their JSON, as the topic holds it) in seq order, from a sink
-    database opened read-only. LookupError when PATH is no sink database."""
+def from_db(path: str, session_key: str, *, verify: bool = False) -> tuple[list[Stored], int]:
+    """The session's entries (their JSON, as the topic holds it, and chain) in seq order, from
+    a sink database of any format this version knows, opened read-only (format 1 and 2 rows
+    have no chain); and how many of its rows have a seq that is not a whole number (left out).
+    LookupError when PATH is no sink database, a newer one, or (`verify`) one still reading
+    its partitions again after its migration to format 3 (rows without their chain yet)."""
     from workers.commands.sink import SCHEMA_VERSION, sink_format
 
     p = Path(path)
@@ -96,42 +169,73 @@ def from_db(path: str, session_key: str) -> list[str]:
     try:
         db = sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True)
         try:
-            if sink_format(db) not in (1, SCHEMA_VERSION):  # format 1: an earlier sink's
+            found = sink_format(db)
+            if not found:  # None: not the sink's; 0: empty
                 raise LookupError(f"{path} is not a sink database")
-            rows = db.execute("SELECT entry_json FROM entries WHERE session_key = ? "
-                              "ORDER BY seq", (session_key,)).fetchall()
+            if found > SCHEMA_VERSION:
+                raise LookupError(f"{path}: sink database version {found}, this version reads "
+                                  f"versions up to {SCHEMA_VERSION}")
+            if verify and found >= 3:
+                pending = db.execute("SELECT count(*) FROM rechain").fetchone()[0]
+                if pending:
+                    raise LookupError(
+                        f"cannot verify: {path} was migrated to sink format 3 and its sink is "
+                        f"still reading {pending} partitions again, giving the rows their "
+                        "chain; verify once it has caught up")
+            chain = "chain" if found >= 3 else "NULL"  # formats 1 and 2: no chain column
+            db.text_factory = bytes  # entry_json as stored, also bytes that are not UTF-8
+            rows = db.execute(f"SELECT seq, entry_json, {chain} FROM entries "
+                              "WHERE session_key = ? ORDER BY seq", (session_key,)).fetchall()
         finally:
             db.close()
     except sqlite3.DatabaseError as exc:
         raise LookupError(f"{path} is not a sink database ({exc})") from None
-    return [text for (text,) in rows]
+    stored = [Stored(seq, _bytes(text), _text(chain)) for seq, text, chain in rows
+              if type(seq) is int]
+    return stored, len(rows) - len(stored)
 
 
-def from_topic(session_key: str) -> tuple[list[str], int, int]:
-    """The session's live entries (compaction's view: the latest value per key) in seq order,
-    read from the whole of its partition; the partition; how many live values were skipped."""
+def _bytes(cell: object) -> bytes:
+    """A row's `entry_json` as the value bytes (TEXT, read as bytes; anything else only by
+    hand)."""
+    if isinstance(cell, bytes | str):
+        return cell if isinstance(cell, bytes) else cell.encode()
+    return str(cell).encode()
+
+
+def _text(cell: object) -> str | None:
+    """A row's `chain` as header text (TEXT or NULL; anything else only by hand)."""
+    if cell is None or isinstance(cell, str):
+        return cell
+    return bytes(cell).decode("ascii", "replace") if isinstance(cell, bytes) else str(cell)
+
+
+def from_topic(session_key: str) -> tuple[list[Stored], int, list[Stored]]:
+    """The session's live entries (compaction's view: the latest value per key, with its
+    `chain` header) in seq order, read from the whole of its partition; the partition; and
+    the live values that are not valid entries of their key (the sink skips them)."""
     from transcript_connector.partitioning import partition_for
 
-    from workers.commands.sink import Upsert, classify
+    from workers.commands.sink import Upsert, chain_header, classify
     from workers.core.outputs import ENTRIES, parse_entry_key
     from workers.kafka_io import read
     from workers.settings import kafka_settings, worker_settings
 
     ks, ws = kafka_settings(), worker_settings()  # a SettingsError is reported by the CLI (exit 2)
-    latest: dict[int, tuple[bytes, bytes | None]] = {}  # seq -> (key, value): compaction's view
+    latest: dict[int, tuple[bytes, bytes | None, object]] = {}  # seq -> compaction's view
     partition = partition_for(session_key, ws.partitions)
     for r in read(ks, ks.topic(ENTRIES), partitions=[partition]):
         parsed = parse_entry_key(r.key)
         if parsed is not None and parsed[0] == session_key:
-            latest[parsed[1]] = (r.key, r.value)
-    shown, skipped = [], 0
+            latest[parsed[1]] = (r.key, r.value, r.headers)
+    shown, invalid = [], []
     for seq in sorted(latest):
-        key, value = latest[seq]
+        key, value, headers = latest[seq]
         if value is None:
             continue
-        change = classify(key, value)  # the sink's rule: a valid entry of this key
+        change = classify(key, value, headers)  # the sink's rule: a valid entry of this key
         if isinstance(change, Upsert):
-            shown.append(change.entry_json)
+            shown.append(Stored(seq, value, change.chain))
         else:
-            skipped += 1
-    return shown, partition, skipped
+            invalid.append(Stored(seq, value, chain_header(headers)))
+    return shown, partition, invalid

@@ -5,20 +5,35 @@ request. The sink consumes the entries topic read_committed (what a transcript r
 never an aborted batch of the worker) and keeps table `entries` equal to the topic's latest
 value per key:
 
-    entries(session_key, epoch, seq, entry_id, send_id, entry_json)
+    entries(session_key, epoch, seq, entry_id, send_id, entry_json, chain)
         UNIQUE(session_key, seq), INDEX(session_key, send_id)
     offsets(topic, partition, next_offset)       the next offset to consume, per partition
     skipped(topic, partition, offset, reason)    records that were not materialised, and why
+    rechain(topic, partition, until_offset)      partitions read again after a migration to
+                                                 format 3, until that offset (see below)
 
 A row is an entry's identity, (session_key, seq): the table holds exactly the live entries, also
 two with one send_id (a send repeated after the worker's dedupe window is a new send, DESIGN 1.2).
+`entry_json` is the record's value, exactly (UTF-8): `entry_json.encode()` gives back the bytes
+the chain covers. `chain` is the text of the record's `chain` header (DESIGN 1.2, "Tamper
+evidence"), exactly as the record carries it, or NULL when it has none (written before the
+chain), has two, or one that is not ASCII. The header never decides whether an entry is stored:
+a missing or odd chain is for verification to report (`transcript-owner show SESSION_KEY --db
+PATH --verify` checks a session from the database alone), not for the sink to hide.
 
 The sink writes only to a database it made: one marked `PRAGMA application_id` APPLICATION_ID
-and `user_version` SCHEMA_VERSION, or an empty one (which it marks). Format 1, an earlier sink's
-(no application_id, user_version 1, recognised by its three tables), held UNIQUE(session_key,
-send_id), which dropped such an entry; it is migrated in place in one transaction (see
-`_migrate_from_1`). Any other database (another application's `entries`, a layout the sink did
-not make, a newer format) is refused before anything is written, `--from-beginning` included.
+and `user_version` SCHEMA_VERSION, or an empty one (which it marks). Older formats are migrated
+in place, in the transaction that opens the database, and recognised by their marks and their
+tables' columns (FORMAT_TABLES):
+- format 1, an earlier sink's (no application_id, user_version 1), held UNIQUE(session_key,
+  send_id), which dropped such an entry; `_migrate_from_1` rebuilds `entries` without it, then
+  migrates on as from format 2;
+- format 2 (before 1.2) has no `chain`; `_migrate_to_3` adds the column and reads every
+  partition again from its start, only to give the rows kept their chain (the rows do not
+  change meanwhile; why that is correct and what it costs: its docstring).
+Any other database (another application's `entries`, a layout the sink did not make, a newer
+format, one holding another topic's offsets) is refused before anything is written,
+`--from-beginning` included.
 
 Exactly once, through kill -9: each poll batch is one SQLite transaction holding the batch's
 rows *and* each partition's next offset. At start every partition is sought to the offset
@@ -62,6 +77,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from pydantic import ValidationError
+from transcript_connector.chain import CHAIN_HEADER
 
 from schemas import TranscriptEntry
 from workers.core.errors import OwnerError
@@ -70,13 +86,15 @@ from workers.core.outputs import parse_entry_key
 log = logging.getLogger("transcript_owner.sink")
 
 APPLICATION_ID = 0x54524E53  # PRAGMA application_id of a sink database ("TRNS")
-SCHEMA_VERSION = 2  # its PRAGMA user_version; 1: an earlier sink's, without application_id
+SCHEMA_VERSION = 3  # its PRAGMA user_version; 1: an earlier sink's, without application_id;
+# 2: before entries.chain (1.2)
 POLL_TIMEOUT_MS = 500
 MAX_BATCH = 5000  # records per poll, so per SQLite transaction
 REPORT_EVERY_S = 10.0
 PARTITIONS_CHECK_EVERY_S = 60.0  # manual assignment: partitions added to the topic are picked up
 BUSY_TIMEOUT_MS = 30_000  # another process holding the write lock (a group sharing the file)
 MAX_REASON = 300
+CHAIN_HEADER_BYTES = CHAIN_HEADER.encode()  # a header name as bytes: a client that gives them
 
 ENTRIES_DDL = """CREATE TABLE entries (
     session_key TEXT NOT NULL,
@@ -85,9 +103,16 @@ ENTRIES_DDL = """CREATE TABLE entries (
     entry_id    TEXT NOT NULL,
     send_id     TEXT NOT NULL,
     entry_json  TEXT NOT NULL,
+    chain       TEXT,
     UNIQUE (session_key, seq)
 )"""
 SEND_ID_INDEX = "CREATE INDEX entries_send_id ON entries (session_key, send_id)"  # lookups
+RECHAIN_DDL = """CREATE TABLE rechain (
+    topic        TEXT NOT NULL,
+    partition    INTEGER NOT NULL,
+    until_offset INTEGER NOT NULL,
+    PRIMARY KEY (topic, partition)
+)"""
 DDL = (
     ENTRIES_DDL,
     SEND_ID_INDEX,
@@ -104,23 +129,35 @@ DDL = (
     reason      TEXT NOT NULL,
     PRIMARY KEY (topic, partition, "offset")
 )""",
+    RECHAIN_DDL,
 )
-# the columns of the sink's tables, the same in formats 1 and 2
-TABLES = {
+# the columns of the sink's tables in each format (1 and 2 share them; 3 adds entries.chain
+# and table rechain); a database may hold tables of its own beside them
+_TABLES_1 = {
     "entries": ("session_key", "epoch", "seq", "entry_id", "send_id", "entry_json"),
     "offsets": ("topic", "partition", "next_offset"),
     "skipped": ("topic", "partition", "offset", "reason"),
 }
+TABLES = {  # SCHEMA_VERSION's
+    **_TABLES_1,
+    "entries": (*_TABLES_1["entries"], "chain"),
+    "rechain": ("topic", "partition", "until_offset"),
+}
+FORMAT_TABLES = {1: _TABLES_1, 2: _TABLES_1, 3: TABLES}
 SEND_ID_SKIP = "send_id: the session already holds it"  # format 1's reason for such a skip
 
 UPSERT = (
-    "INSERT INTO entries (session_key, epoch, seq, entry_id, send_id, entry_json) "
-    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_key, seq) DO UPDATE SET "
+    "INSERT INTO entries (session_key, epoch, seq, entry_id, send_id, entry_json, chain) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (session_key, seq) DO UPDATE SET "
     "epoch = excluded.epoch, entry_id = excluded.entry_id, send_id = excluded.send_id, "
-    "entry_json = excluded.entry_json"
+    "entry_json = excluded.entry_json, chain = excluded.chain"
 )
 DELETE = "DELETE FROM entries WHERE session_key = ? AND seq = ?"
 SKIP = 'INSERT OR REPLACE INTO skipped (topic, partition, "offset", reason) VALUES (?, ?, ?, ?)'
+# a record read again after the migration to format 3 (before the partition's `until_offset`):
+# it gives the row holding exactly its value its chain, and changes nothing else
+RECHAIN = ("UPDATE entries SET chain = ? WHERE session_key = ? AND seq = ? AND entry_json = ?")
+
 
 class SinkError(OwnerError):
     """A reason the sink cannot run (exit 2, one line)."""
@@ -136,6 +173,7 @@ class Upsert(NamedTuple):
     entry_id: str
     send_id: str
     entry_json: str
+    chain: str | None  # the record's `chain` header (chain_header)
 
 
 class Delete(NamedTuple):
@@ -158,8 +196,27 @@ def parse_key(key: bytes | None) -> tuple[str, int] | Skip:
     return parse_entry_key(key) or Skip("key: not <session_key>#<seq, 10 digits>")
 
 
-def classify(key: bytes | None, value: bytes | None) -> Upsert | Delete | Skip:
-    """The row change one record of `transcript.entries` makes (never raises)."""
+def chain_header(headers: Any) -> str | None:
+    """The text of a record's `chain` header (DESIGN 1.2, "Tamper evidence"), as the record
+    carries it: None when the record has none, more than one, or one whose value is not ASCII
+    (what it should hold is checked by verification, which then reports the entry). `headers`
+    as the Kafka client gives them, (name, value) pairs; anything else is no header (never
+    raises)."""
+    try:
+        found = [v for k, v in headers or () if k in (CHAIN_HEADER, CHAIN_HEADER_BYTES)]
+    except Exception:  # noqa: BLE001  (not pairs: a record must never stop the sink)
+        return None
+    if len(found) != 1 or not isinstance(found[0], bytes | bytearray):
+        return None
+    try:
+        return bytes(found[0]).decode("ascii")
+    except UnicodeDecodeError:
+        return None
+
+
+def classify(key: bytes | None, value: bytes | None, headers: Any) -> Upsert | Delete | Skip:
+    """The row change one record of `transcript.entries` makes (never raises). `headers` only
+    give the row its chain: whatever they hold, the entry is stored (chain_header)."""
     parsed = parse_key(key)
     if isinstance(parsed, Skip):
         return parsed
@@ -178,7 +235,8 @@ def classify(key: bytes | None, value: bytes | None) -> Upsert | Delete | Skip:
         entry_json = value.decode("utf-8")
     except UnicodeDecodeError:  # pydantic accepted it, so this cannot happen; still no crash
         return Skip("value: not UTF-8")
-    return Upsert(session_key, entry.epoch, seq, entry.entry_id, entry.send_id, entry_json)
+    return Upsert(session_key, entry.epoch, seq, entry.entry_id, entry.send_id, entry_json,
+                  chain_header(headers))
 
 
 def _validation_reason(exc: ValidationError) -> str:
@@ -195,20 +253,25 @@ def _validation_reason(exc: ValidationError) -> str:
 
 
 def sink_format(db: sqlite3.Connection) -> int | None:
-    """Which sink format a database holds, read without writing: 0 empty, 1 an earlier sink's,
-    SCHEMA_VERSION (or a newer one) the sink's own; None when the sink did not make it.
+    """Which sink format a database holds, read without writing: 0 empty, 1 an earlier sink's
+    (no application_id), 2 and SCHEMA_VERSION the sink's own (each with its tables, as
+    FORMAT_TABLES lists them), or a newer version; None when the sink did not make it.
     Raises sqlite3.DatabaseError (not a database at all)."""
     app = db.execute("PRAGMA application_id").fetchone()[0]
     version = db.execute("PRAGMA user_version").fetchone()[0]
-    tables = all(tuple(row[1] for row in db.execute(f"PRAGMA table_info({name})")) == columns
-                 for name, columns in TABLES.items())
+
+    def tables(format_: int) -> bool:
+        return all(tuple(row[1] for row in db.execute(f"PRAGMA table_info({name})")) == columns
+                   for name, columns in FORMAT_TABLES[format_].items())
+
     if app == 0 and version == 0:
         return 0 if db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0 else None
     if app == 0 and version == 1:
-        return 1 if tables else None
+        return 1 if tables(1) else None
     if app == APPLICATION_ID:
-        return version if version > SCHEMA_VERSION or (version == SCHEMA_VERSION and tables) \
-            else None
+        if version > SCHEMA_VERSION:
+            return version
+        return version if version in FORMAT_TABLES and version > 1 and tables(version) else None
     return None
 
 
@@ -235,6 +298,7 @@ class Applied:
     upserted: int = 0
     deleted: int = 0
     skipped: int = 0
+    rechained: int = 0  # rows given their chain by a record read again (_migrate_to_3)
     offsets: dict[int, int] = field(default_factory=dict)  # partition -> next offset stored
 
 
@@ -268,18 +332,21 @@ class SinkDB:
         self.db.execute(f"PRAGMA synchronous = {synchronous.upper()}")
         with self._transaction():  # again under the write lock: another sink may be here
             found = self._check(sink_format(self.db))
+            if found:  # before anything is written: the database is another topic's
+                others = [t for (t,) in self.db.execute("SELECT DISTINCT topic FROM offsets")
+                          if t != self.topic]
+                if others:
+                    raise SinkError(f"{self.path} holds entries of topic {others[0]}, not "
+                                    f"{self.topic} (another TRANSCRIPT_TOPIC_PREFIX?)")
             if found == 0:
                 for statement in DDL:
                     self.db.execute(statement)
-            elif found == 1:
+            if found == 1:
                 self._migrate_from_1()
+            if found in (1, 2):
+                self._migrate_to_3(found)
             self.db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        others = [t for (t,) in self.db.execute("SELECT DISTINCT topic FROM offsets")
-                  if t != self.topic]
-        if others:
-            raise SinkError(f"{self.path} holds entries of topic {others[0]}, not "
-                            f"{self.topic} (another TRANSCRIPT_TOPIC_PREFIX?)")
 
     def _check(self, found: int | None) -> int:
         """The format, when the sink may write to it; else SinkError."""
@@ -295,14 +362,16 @@ class SinkDB:
         """Format 1 -> 2 in place, inside the caller's transaction: `entries` is rebuilt
         without UNIQUE(session_key, send_id) (SQLite cannot drop a constraint: a new table,
         every row copied, the old one dropped, the new one renamed; the database's own indexes
-        and triggers on it made again), its rows and offsets kept. The entries format 1 skipped
-        for their send_id are read again: each partition's offset goes back to the first such
-        skip (records re-applied are upserts and deletes by key, so re-reading a suffix of the
-        log leaves its latest values) and those skips are forgotten."""
+        and triggers on it made again), its rows and offsets kept. The new table has the
+        current layout (format 3's `chain` column, NULL in every row copied). The entries
+        format 1 skipped for their send_id are read again: each partition's offset goes back
+        to the first such skip (records re-applied are upserts and deletes by key, so
+        re-reading a suffix of the log leaves its latest values) and those skips are
+        forgotten."""
         own = [sql for (sql,) in self.db.execute(
             "SELECT sql FROM sqlite_master WHERE tbl_name = 'entries' "
             "AND type IN ('index', 'trigger') AND sql IS NOT NULL")]
-        columns = ", ".join(TABLES["entries"])
+        columns = ", ".join(_TABLES_1["entries"])
         self.db.execute(ENTRIES_DDL.replace("CREATE TABLE entries", "CREATE TABLE entries_v2"))
         self.db.execute(f"INSERT INTO entries_v2 ({columns}) SELECT {columns} FROM entries")
         self.db.execute("DROP TABLE entries")
@@ -319,6 +388,45 @@ class SinkDB:
         log.info("%s: migrated from sink format 1 (rows kept); %d partitions read again from "
                  "their first entry skipped for its send_id", self.path, rewound)
 
+    def _migrate_to_3(self, found: int) -> None:
+        """Format 2 (or 1, just rebuilt by `_migrate_from_1`) -> 3 in place, inside the
+        caller's transaction: `entries` gets the nullable column `chain` (format 1's rebuild
+        has it already) and table `rechain` is made. The rows kept have no chain yet, so every
+        partition is read again from its start: its stored offset goes to 0 and the offset it
+        held (N) is kept in `rechain` as the partition's `until_offset`.
+
+        Why this is correct: the rows are the latest value of each key in offsets [0, N) of
+        their partition (the sink's invariant). A record read again before N (compaction's
+        view of [0, N) now) only gives the row that holds exactly its value its chain
+        (RECHAIN); it inserts, deletes and skips nothing, since the rows already hold the
+        effect of every record there. Compaction keeps each key's latest record, so every
+        row whose latest record still lies in [0, N) meets it again and gets its chain; a key
+        written again at N or later gets its row and chain when that record is applied, as
+        every record from N on is (upserts and deletes by key, as always). Re-reading with
+        plain upserts instead would also end with the latest values, but on the way the rows
+        would go back through older states of the log: an entry erased by `forget` whose
+        records compaction has not yet removed would be a row again until the re-read reached
+        its tombstone. Exactly once holds as before: a partition's offset, its `rechain` row
+        (deleted once the partition reaches N) and the rows a batch changes commit together.
+
+        What it costs: every partition is read once more from its start, as with
+        `--from-beginning` (the bench's 37,524 rows/s), while the rows stay readable and
+        unchanged; until a partition reaches N its rows not yet read again have no chain, so
+        `show --db --verify` refuses to verify (exit 2) while `rechain` holds a row. A row
+        whose record the log no longer holds at all (records deleted below the log start)
+        keeps chain NULL: verification counts it as written before the chain, or reports it
+        after chained entries."""
+        if found == 2:
+            self.db.execute("ALTER TABLE entries ADD COLUMN chain TEXT")
+        self.db.execute(RECHAIN_DDL)
+        self.db.execute("INSERT INTO rechain (topic, partition, until_offset) "
+                        "SELECT topic, partition, next_offset FROM offsets WHERE next_offset > 0")
+        rewound = self.db.execute("UPDATE offsets SET next_offset = 0 WHERE next_offset > 0"
+                                  ).rowcount
+        log.info("%s: migrated from sink format %d to %d (rows kept, column chain added); %d "
+                 "partitions are read again from their start so that the rows get their chain "
+                 "(rows unchanged meanwhile)", self.path, found, SCHEMA_VERSION, rewound)
+
     def close(self) -> None:
         self.db.close()
 
@@ -334,12 +442,19 @@ class SinkDB:
                                   (self.topic,)).fetchone()[0]
         return rows, skipped
 
+    def rechain(self) -> dict[int, int]:
+        """Partition -> the offset up to which it is read again after the migration to
+        format 3 (`_migrate_to_3`); empty once every partition has reached it."""
+        return dict(self.db.execute("SELECT partition, until_offset FROM rechain WHERE topic = ?",
+                                    (self.topic,)).fetchall())
+
     def reset(self) -> None:
         """`--from-beginning`: forget every row and offset in one transaction."""
         with self._transaction():
             self.db.execute("DELETE FROM entries")
             self.db.execute("DELETE FROM offsets")
             self.db.execute("DELETE FROM skipped")
+            self.db.execute("DELETE FROM rechain")
 
     def apply(self, batch: dict[int, list[Any]], expected: dict[int, int | None]) -> Applied:
         """One transaction: every record of `batch` (partition -> records in offset order) and
@@ -358,10 +473,36 @@ class SinkDB:
                 done.offsets[partition] = new
             if conflicts:
                 raise OffsetConflict(conflicts)
+            rechain = self.rechain()
             for partition, records in batch.items():
+                until = rechain.get(partition, 0)
                 for r in records:
-                    self._apply_one(partition, r, done)
+                    if r.offset < until:
+                        self._rechain_one(r, done)
+                    else:
+                        self._apply_one(partition, r, done)
+                if until and partition in done.offsets and done.offsets[partition] >= until:
+                    self._rechained(partition, until)
         return done
+
+    def end_rechain(self, partition: int, expected: int | None) -> None:
+        """The consumer's position in `partition` has passed its `until_offset` with no record
+        left before it (they were compacted away, or only transaction markers remained): it is
+        read again. Only where the database still holds `expected` for it (compare-and-set, as
+        a batch's offsets)."""
+        with self._transaction():
+            until = self.rechain().get(partition)
+            if until is not None and expected is not None and self.db.execute(
+                    "SELECT 1 FROM offsets WHERE topic = ? AND partition = ? AND next_offset = ?",
+                    (self.topic, partition, expected)).fetchone():
+                self._rechained(partition, until)
+
+    def _rechained(self, partition: int, until: int) -> None:
+        self.db.execute("DELETE FROM rechain WHERE topic = ? AND partition = ?",
+                        (self.topic, partition))
+        log.info("%s[%d]: read again up to offset %d, where it was when the database was "
+                 "migrated to format %d: its rows have their chain", self.topic, partition,
+                 until, SCHEMA_VERSION)
 
     def _store_offset(self, partition: int, expected: int | None, new: int) -> bool:
         if expected is None:
@@ -375,7 +516,7 @@ class SinkDB:
         return cur.rowcount == 1
 
     def _apply_one(self, partition: int, r: Any, done: Applied) -> None:
-        change = classify(r.key, r.value)
+        change = classify(r.key, r.value, r.headers)
         if isinstance(change, Upsert):
             self.db.execute(UPSERT, change)
             done.upserted += 1
@@ -389,6 +530,14 @@ class SinkDB:
         log.warning("skipped the record at %s[%d]@%d: %s", self.topic, partition, r.offset,
                     change.reason)
         log.debug("skipped record key=%r value=%r", r.key, (r.value or b"")[:200])
+
+    def _rechain_one(self, r: Any, done: Applied) -> None:
+        """A record the rows already reflect, read again for its chain (`_migrate_to_3`)."""
+        change = classify(r.key, r.value, r.headers)
+        if isinstance(change, Upsert) and change.chain is not None:
+            done.rechained += self.db.execute(
+                RECHAIN, (change.chain, change.session_key, change.seq, change.entry_json)
+            ).rowcount
 
     class _Txn:
         def __init__(self, db: sqlite3.Connection) -> None:
@@ -489,6 +638,7 @@ class Sink:
         self._t0 = time.monotonic()
         self.lock = threading.Lock()  # --group: the rebalance listener runs on another thread
         self.pending: set[int] = set()
+        self.rechain: dict[int, int] = {}  # partition -> until_offset (SinkDB.rechain), sought
 
     def run(self) -> int:
         from kafka import ConsumerRebalanceListener
@@ -557,7 +707,7 @@ class Sink:
 
         c = self.consumer
         tps = [TopicPartition(self.topic, p) for p in parts]
-        stored = self.db.offsets(parts)
+        stored, rechain = self.db.offsets(parts), self.db.rechain()
         starts, ends = c.beginning_offsets(tps), c.end_offsets(tps)
         for tp in tps:
             offset = stored.get(tp.partition)
@@ -565,12 +715,17 @@ class Sink:
             if offset is None:
                 c.seek(tp, starts[tp])
                 continue
-            if offset > ends[tp]:
+            if tp.partition in rechain:
+                self.rechain[tp.partition] = rechain[tp.partition]
+            consumed = max(offset, rechain.get(tp.partition, 0))  # before a migration's rewind
+            if consumed > ends[tp]:
                 raise SinkError(
                     f"{self.db.path} has consumed {self.topic}[{tp.partition}] up to offset "
-                    f"{offset}, beyond its end {ends[tp]}: the topic was recreated; rebuild "
+                    f"{consumed}, beyond its end {ends[tp]}: the topic was recreated; rebuild "
                     "with --from-beginning")
-            if offset < starts[tp]:
+            if offset < starts[tp] and offset == 0:  # rewound by a migration: nothing lost
+                offset = starts[tp]
+            elif offset < starts[tp]:
                 log.warning("%s[%d]: stored offset %d is before the log start %d (records "
                             "deleted); reading on from the log start", self.topic,
                             tp.partition, offset, starts[tp])
@@ -610,8 +765,11 @@ class Sink:
                 self.totals.upserted += done.upserted
                 self.totals.deleted += done.deleted
                 self.totals.skipped += done.skipped
+                self.totals.rechained += done.rechained
                 if self.group:
                     self._commit_to_group(done.offsets)
+            if self.rechain:
+                self._check_rechain()
             now = time.monotonic()
             if now - last_report >= REPORT_EVERY_S:
                 self._report()
@@ -623,6 +781,29 @@ class Sink:
                     log.info("%s has %d partitions now; assigning them all", self.topic,
                              len(parts))
                     self._assign(sorted(parts))
+
+    def _check_rechain(self) -> None:
+        """Partitions read again after the migration to format 3 (SinkDB.rechain) whose
+        position has passed their `until_offset`: done, also when no record at or after it
+        came (SinkDB.apply ends the others)."""
+        from kafka import TopicPartition
+
+        assigned = self.consumer.assignment()
+        for partition, until in list(self.rechain.items()):
+            tp = TopicPartition(self.topic, partition)
+            with self.lock:
+                expected = self.expected.get(partition)
+                if partition in self.pending or tp not in assigned:
+                    self.rechain.pop(partition)  # sought again (and reloaded) when assigned
+                    continue
+            try:
+                position = self.consumer.position(tp)
+            except Exception as exc:  # noqa: BLE001  (revoked meanwhile: checked again when sought)
+                log.debug("position of %s unknown: %s", tp, type(exc).__name__)
+                continue
+            if position is not None and position >= until:
+                self.db.end_rechain(partition, expected)
+                self.rechain.pop(partition)
 
     def _commit_to_group(self, offsets: dict[int, int]) -> None:
         """For lag monitoring only: positions come from the database."""
@@ -639,7 +820,8 @@ class Sink:
     def _report(self, final: bool = False) -> None:
         t = self.totals
         elapsed = max(time.monotonic() - self._t0, 1e-9)
+        rechained = f", {t.rechained} rows given their chain (read again)" if t.rechained else ""
         log.info("%s%d rows written, %d deleted, %d records skipped (invalid; see table "
-                 "skipped), %d offset conflicts; %.0f records/s", "stopped: " if final else "",
-                 t.upserted, t.deleted, t.skipped, self.conflicts,
+                 "skipped)%s, %d offset conflicts; %.0f records/s", "stopped: " if final else "",
+                 t.upserted, t.deleted, t.skipped, rechained, self.conflicts,
                  (t.upserted + t.deleted + t.skipped) / elapsed)
