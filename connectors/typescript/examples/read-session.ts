@@ -15,17 +15,25 @@
 // value per key; a tombstone erases one; a value that is no entry of its key is left out), each
 // line with the characters a terminal would act on (C0 and C1 controls, bidi overrides) written as
 // \u escapes: the same JSON value, nothing in it that can drive the terminal.
+//
+// It checks the session's hash chain over those live entries (their `chain` headers; DESIGN 1.2
+// "Tamper evidence") and prints each finding on stderr, exiting 3 when there is one. From the
+// entries alone: a changed, removed, inserted or reordered entry, not a cut-off end or entries
+// appended and chained again; `transcript-owner audit` checks those against the worker's head.
 import { randomUUID } from "node:crypto";
 import { pathToFileURL } from "node:url";
 
 import { AssignerProtocol, Kafka, logLevel, type PartitionAssigner } from "kafkajs";
 
 import {
+  CHAIN_HEADER,
   canonicalSessionKey,
   partitionFor,
   publisherOptionsFromEnv,
   pyLower,
   pyStrip,
+  type VerifiedSession,
+  verifySession,
 } from "@transcript-owner/connector";
 
 const onePartition = (topic: string, partition: number): PartitionAssigner => () => ({
@@ -50,19 +58,31 @@ export function parseEntryKey(key: string): { sessionKey: string; seq: number } 
   return m ? { sessionKey: m[1]!, seq: Number(m[2]) } : null;
 }
 
+/** A record of transcript.entries: its key, value (null: a tombstone) and `chain` header. */
+export interface EntryRecord {
+  key: string;
+  value: string | Uint8Array | null;
+  chain?: string | Uint8Array | null;
+}
+
+/** The latest record of each of `session`'s exact keys among `records` (in offset order), by seq. */
+function latest(session: string, records: Iterable<EntryRecord>): [number, EntryRecord][] {
+  const bySeq = new Map<number, EntryRecord>();
+  for (const record of records) {
+    const parsed = parseEntryKey(record.key);
+    if (parsed?.sessionKey === session) bySeq.set(parsed.seq, record);
+  }
+  return [...bySeq].sort(([a], [b]) => a - b);
+}
+
 /** The live entries of `session` among `records` (in offset order), in seq order: the latest
  * value of each of its exact keys, when that is an entry of that session and seq. */
-export function liveEntries(session: string, records: Iterable<{ key: string; value: string | null }>): unknown[] {
-  const latest = new Map<number, string | null>();
-  for (const { key, value } of records) {
-    const parsed = parseEntryKey(key);
-    if (parsed?.sessionKey === session) latest.set(parsed.seq, value);
-  }
+export function liveEntries(session: string, records: Iterable<EntryRecord>): unknown[] {
   const entries: unknown[] = [];
-  for (const [seq, value] of [...latest].sort(([a], [b]) => a - b)) {
+  for (const [seq, { value }] of latest(session, records)) {
     let e: unknown;
     try {
-      e = value === null ? null : JSON.parse(value);
+      e = value === null ? null : JSON.parse(typeof value === "string" ? value : Buffer.from(value).toString("utf8"));
     } catch {
       continue; // not JSON: the sink skips it too
     }
@@ -70,6 +90,12 @@ export function liveEntries(session: string, records: Iterable<{ key: string; va
     if (typeof e === "object" && fields?.session_key === session && fields.seq === seq) entries.push(e);
   }
   return entries;
+}
+
+/** The session's chain over its live values (every one, also those liveEntries leaves out). */
+export function verifyEntries(session: string, records: Iterable<EntryRecord>): VerifiedSession {
+  return verifySession(session, latest(session, records).flatMap(([seq, { value, chain }]) =>
+    value === null ? [] : [{ seq, value: typeof value === "string" ? Buffer.from(value) : value, chain: chain ?? null }]));
 }
 
 const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
@@ -97,7 +123,7 @@ async function main(raw: string, timeoutMs = 30_000): Promise<number> {
   const offsets = await admin.fetchTopicOffsets(topic);
   const end = BigInt(offsets.find((o) => o.partition === partition)?.high ?? "0");
   const start = BigInt(offsets.find((o) => o.partition === partition)?.low ?? "0");
-  const records: { key: string; value: string | null }[] = [];
+  const records: EntryRecord[] = [];
   if (end > start) {
     const groupId = `read-session-${randomUUID()}`;
     const consumer = kafka.consumer({ groupId, readUncommitted: false, partitionAssigners: [onePartition(topic, partition)] });
@@ -118,7 +144,8 @@ async function main(raw: string, timeoutMs = 30_000): Promise<number> {
       eachMessage: async ({ message }) => {
         const key = message.key?.toString() ?? "";
         if (BigInt(message.offset) < end && parseEntryKey(key)?.sessionKey === session) {
-          records.push({ key, value: message.value?.toString() ?? null });
+          const chain = message.headers?.[CHAIN_HEADER]; // repeated: none the worker wrote ("")
+          records.push({ key, value: message.value, chain: Array.isArray(chain) ? (chain.length === 1 ? chain[0] : "") : chain });
         }
       },
     });
@@ -131,7 +158,11 @@ async function main(raw: string, timeoutMs = 30_000): Promise<number> {
   }
   await admin.disconnect();
   for (const e of liveEntries(session, records)) process.stdout.write(`${jsonLine(e)}\n`);
-  return 0;
+  const verified = verifyEntries(session, records);
+  for (const f of verified.findings) process.stderr.write(`chain: seq ${f.seq}: ${f.problem}\n`);
+  process.stderr.write(`chain: ${verified.chained} entries chained, ${verified.unchained} written before the chain, `
+    + `${verified.findings.length} findings\n`);
+  return verified.ok ? 0 : 3;
 }
 
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {

@@ -7,6 +7,8 @@
  *   naming the field.
  * - ConfirmationPublisher: idempotent, acks=all, keyed by the canonical key so each record
  *   lands in the partition the worker owns it from; optionally in transactions.
+ * - verifySession / chainRoot / chainLink: the hash chain of a session's entries (a port of
+ *   transcript_connector/chain.py; parity fixed by schemas/vectors/chain.json).
  */
 
 export {
@@ -64,3 +66,14 @@ export {
   type Transaction,
 } from "./publisher.js";
 export { isPySpace, PY_UNICODE_VERSION, pyLower, pyRepr, pyStrip } from "./pyunicode.js";
+export {
+  CHAIN_HEADER,
+  type ChainEntry,
+  type ChainFinding,
+  type ChainHead,
+  chainLink,
+  chainRoot,
+  parseChain,
+  type VerifiedSession,
+  verifySession,
+} from "./chain.js";
