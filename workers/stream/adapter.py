@@ -413,10 +413,6 @@ def use_transactions_v2(producer: Any) -> None:
     txn.__class__ = _manager_v2(type(txn))
 
 
-def speaks_transactions_v2(producer: Any) -> bool:
-    return isinstance(producer._sender._txn_manager, _ManagerV2)
-
-
 class _ManagerV2:
     """Marks a transaction manager whose producer speaks transactions v2."""
 
