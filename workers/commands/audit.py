@@ -33,8 +33,9 @@ Repeats (one key written more than once with identical content, or one diagnosti
 a crash between the outputs' write and the state's write can cause) are counted, not failures;
 `--strict` fails entry and diagnostic repeats.
 
-Memory: per partition, a digest per entry key and the session states: bounded by one
-partition's entries and sessions, not by the length of the topic.
+Memory: per partition, a digest per entry key, the chain of each live entry (no value: about
+250 bytes an entry) and the session states: bounded by one partition's entries and sessions,
+not by the length of the topic.
 Exit 0 clean, 1 discrepancies, 2 cannot run. Run it when the worker has caught up.
 """
 

@@ -43,6 +43,7 @@ HEAD_KEYS = b'["h",'
 class _Read(NamedTuple):
     """An entry as read: what the check needs, without its value."""
 
+    session: str
     seq: int
     epoch: int | str
     header: bytes | None
@@ -74,7 +75,7 @@ class ChainCheck:
         if previous is None:  # no chained predecessor: this entry starts the chain
             previous = root(session, epoch) if isinstance(epoch, int) else b""
         chain = parse_chain(header)
-        self.latest[key] = _Read(seq, epoch, header, previous,
+        self.latest[key] = _Read(session, seq, epoch, header, previous,
                                  chain is not None and link(previous, value) == chain)
 
     def live(self) -> dict[bytes, _Read]:
@@ -87,9 +88,8 @@ class ChainCheck:
         `anchors`, the heads of the checkpoint the audit started from."""
         sessions: dict[str, list[Checked]] = {}
         live = self.live()
-        for key, r in live.items():
-            session = parse_entry_key(key)[0]  # type: ignore[index]  (only entry keys are read)
-            sessions.setdefault(session, []).append(Checked(
+        for r in live.values():
+            sessions.setdefault(r.session, []).append(Checked(
                 r.seq, r.epoch, r.header,
                 lambda previous, r=r: r.chains and previous == r.checked_from))
         chained = any(r.header is not None for r in live.values())
