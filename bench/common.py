@@ -310,16 +310,20 @@ class WorkerProc(CliProcess):
     (TRANSCRIPT_PROCESSING_GUARANTEE): the tests' CliProcess, with what the bench reads of it.
     `peak_rss_mb()` reads the worker process's VmHWM; stop() reads it too, just before the
     SIGTERM (`peak_rss_mb_at_stop`). `connections()` counts its established connections to the
-    broker."""
+    broker. `unchained`: the worker writes no hash chain (bench/unchained/sitecustomize.py, the
+    bench's only switch for it), to measure the chain's cost."""
 
     def __init__(self, prefix: str, app_id: str, state_dir: Path, log: Path,
-                 guarantee: str = GUARANTEES[0]) -> None:
+                 guarantee: str = GUARANTEES[0], unchained: bool = False) -> None:
         if guarantee not in GUARANTEES:
             raise ValueError(f"processing guarantee {guarantee!r} is not one of {GUARANTEES}")
         self.guarantee = guarantee
+        extra = {} if not unchained else {"PYTHONPATH": os.pathsep.join(
+            p for p in (str(ROOT / "bench" / "unchained"), os.environ.get("PYTHONPATH")) if p)}
         super().__init__(list(WORKER_ARGV[2:]), env_for(
             prefix, TRANSCRIPT_APP_ID=app_id, TRANSCRIPT_STATE_DIR=str(state_dir),
-            TRANSCRIPT_SESSION_TIMEOUT_S="6", TRANSCRIPT_PROCESSING_GUARANTEE=guarantee), log)
+            TRANSCRIPT_SESSION_TIMEOUT_S="6", TRANSCRIPT_PROCESSING_GUARANTEE=guarantee,
+            **extra), log)
         self.group = prefix + app_id
         self.started_at = 0.0
         self.peak_rss_at_stop_mb: float | None = None

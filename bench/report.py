@@ -163,6 +163,15 @@ def table(r: dict) -> str:
         lines.append(f"{'    exactly_once / at_least_once':<{w}}{cmp_['events_per_s']:>12.2f}"
                      f"{'':>12}{'':>10}   (to last output sent: "
                      f"{cmp_['events_per_s_to_last_output']:.2f})")
+    if (nc := t.get("worker_unchained")) is not None:
+        label = f"(c3) worker, {nc['mode']}, without its hash chain"
+        lines.append(f"{label:<{w}}{nc['events_per_s']:>12,.0f}"
+                     f"{nc['events_per_s'] / ceiling:>12.2f}{nc['seconds']:>10.2f}")
+        if (c := r.get("chained_vs_unchained")) is not None:
+            p99 = ", ".join(f"{rate}/s {x['p99']:.2f}" for rate, x in c["latency"].items()
+                            if x.get("p99") is not None)
+            lines.append(f"{'    with the chain / without':<{w}}{c['events_per_s']:>12.2f}"
+                         f"{'':>12}{'':>10}   (p99: {p99})")
     if (x2 := t.get("worker_two_processes")) is not None:
         label = f"(c2) worker x2 processes, one group, {x2['mode']}"
         lines.append(f"{label:<{w}}{x2['events_per_s']:>12,.0f}"

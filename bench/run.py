@@ -143,12 +143,14 @@ def faust_noop(prefix: str, n: int, workdir: Path, timeout: float = 300) -> dict
             "startup_s": r["first"] - started}
 
 
-def audit(prefix: str, timeout: float = 600) -> dict:
-    """`transcript-owner audit --strict` of everything the worker wrote: correctness after
-    optimising; a repeated entry (same key, same content) fails it too."""
+def audit(prefix: str, app_id: str, timeout: float = 600) -> dict:
+    """`transcript-owner audit --strict` of everything the worker (app `app_id`: its state
+    changelog holds the heads the hash chains end at) wrote: correctness after optimising; a
+    repeated entry (same key, same content) fails it too."""
     done = subprocess.run([sys.executable, "-m", "workers", "audit", "--strict", "--json",
-                           "--no-progress"],
-                          cwd=ROOT, env=env_for(prefix), capture_output=True, timeout=timeout)
+                           "--no-progress"], cwd=ROOT,
+                          env=env_for(prefix, TRANSCRIPT_APP_ID=app_id), capture_output=True,
+                          timeout=timeout)
     try:
         report = json.loads(done.stdout)
     except ValueError:
@@ -158,7 +160,10 @@ def audit(prefix: str, timeout: float = 600) -> dict:
             "expected_entries": report["expected_entries"],
             "actual_entries": report["actual_entries"], "repeats": report["repeats"],
             "diagnostic_repeats": report.get("diagnostic_repeats"),
-            "discrepancies": sum(report["discrepancies"].values())}
+            "discrepancies": sum(report["discrepancies"].values()),
+            # what was found, by kind, and the report's first examples of each (not content)
+            "discrepancy_kinds": {k: n for k, n in report["discrepancies"].items() if n},
+            "examples": {k: v[:3] for k, v in report.get("examples", {}).items()}}
 
 
 def sink(prefix: str, workdir: Path, timeout: float = 600) -> dict:
@@ -254,9 +259,15 @@ SHORT = {"exactly_once": "eos", "at_least_once": "alo"}
 
 def compare(result: dict, a: str, b: str) -> dict:
     """Mode `a` over mode `b`: throughput and latency percentiles (rates measured in both)."""
+    return compare_keys(result, (worker_key(result, a), latency_key(result, a)),
+                        (worker_key(result, b), latency_key(result, b)))
+
+
+def compare_keys(result: dict, a: tuple[str, str], b: tuple[str, str]) -> dict:
+    """Run `a` over run `b`, each (its throughput key, its latency key)."""
     tp = result["throughput"]
-    ta, tb = tp[worker_key(result, a)], tp[worker_key(result, b)]
-    la, lb = result[latency_key(result, a)], result[latency_key(result, b)]
+    ta, tb = tp[a[0]], tp[b[0]]
+    la, lb = result[a[1]], result[b[1]]
     out: dict = {"events_per_s": round(ta["events_per_s"] / tb["events_per_s"], 3),
                  "events_per_s_to_last_output": round(ta["events_per_s_to_last_output"]
                                                       / tb["events_per_s_to_last_output"], 3),
@@ -299,6 +310,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quix-commit-interval", type=float, default=1.0,
                         help="seconds between the Quix pipeline's checkpoints (its offset "
                              "commit; a transaction exactly-once). Quix's default is 5")
+    parser.add_argument("--no-chain-cost", dest="chain_cost", action="store_false",
+                        help="leave out (c3), the first mode's worker without its hash chain "
+                             "(bench/unchained), measured beside the worker with it")
     parser.add_argument("--no-scaling", dest="scaling", action="store_false",
                         help="leave out (c2), two worker processes of the first mode")
     parser.add_argument("--partitions", type=int, default=8,
@@ -334,6 +348,9 @@ def main(argv: list[str] | None = None) -> int:
     prefixes = {m: prefix if m == primary else f"{prefix}{SHORT[m]}." for m in modes}
     app_ids = {m: "bench-worker" if m == primary else f"bench-worker-{SHORT[m]}" for m in modes}
     x2_prefix, x2_app_id = f"{prefix}x2.", "bench-worker-x2"  # (c2): own input, outputs, group
+    nc_prefix, nc_app_id = f"{prefix}nc.", "bench-worker-nc"  # (c3): likewise
+    # (c3)'s latency: at the targets' rates (1,000 and 5,000/s) where measured, else the first two
+    nc_rates = [r for r in rates if r in (1000, 5000)] or rates[:2]
     result: dict = {
         "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"nproc": os.cpu_count(), "python": platform.python_version(),
@@ -368,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
             topics_apply(prefixes[m], app_ids[m])
         if args.scaling:
             topics_apply(x2_prefix, x2_app_id)
+        if args.chain_cost:
+            topics_apply(nc_prefix, nc_app_id)
         for b in quix_runs:  # the deployment's topics, outputs on the broker's append time
             topics_apply(baselines.quix_prefix(prefix, b), baselines.QUIX_APP_ID)
             baselines.log_append_time(baselines.quix_prefix(prefix, b))
@@ -386,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.scaling:
             log(f"  preloaded for two processes in "
                 f"{preload(x2_prefix + CONFIRMATIONS, records):.1f}s")
+        if args.chain_cost:
+            log(f"  preloaded for the worker without its chain in "
+                f"{preload(nc_prefix + CONFIRMATIONS, records):.1f}s")
         jsonl, left_out = write_jsonl(records)
         del records
 
@@ -477,10 +499,31 @@ def main(argv: list[str] | None = None) -> int:
                     result["missing"].append(f"two worker processes: {exc}")
                     log(traceback.format_exc())
 
+        if args.chain_cost:
+            phase(f"(c3) worker, {primary}, without its hash chain (bench/unchained): draining "
+                  "the preloaded input, then latency")
+            nc = WorkerProc(nc_prefix, nc_app_id, workdir / "state-nc", workdir / "worker-nc.log",
+                            primary, unchained=True)
+            try:
+                result["throughput"]["worker_unchained"] = worker_bench.throughput(nc, nc_prefix)
+                log(f"  {result['throughput']['worker_unchained']}")
+                result["latency_ms_unchained"] = {}
+                for i, rate in enumerate(nc_rates):
+                    if not nc.alive():
+                        raise RuntimeError(f"worker died:\n{nc.tail()}")
+                    lat = worker_bench.latency(nc_prefix, rate, args.rate_seconds, seed=100 + i)
+                    result["latency_ms_unchained"][str(rate)] = lat
+                    log(f"  {rate}/s: {lat}")
+            except Exception as exc:
+                result["missing"].append(f"worker without its chain: {exc}")
+                log(traceback.format_exc())
+            finally:
+                nc.stop()
+
         phase(f"audit --strict of all the {primary} worker wrote (replays the input)")
         t = time.monotonic()
         try:
-            result["audit"] = audit(prefix)
+            result["audit"] = audit(prefix, app_ids[primary])
             result["audit"]["seconds"] = round(time.monotonic() - t, 1)
             result["audit"]["mode"] = primary
             log(f"  {result['audit']}")
@@ -562,6 +605,9 @@ def main(argv: list[str] | None = None) -> int:
     if {"exactly_once", "at_least_once"} <= {m for m in modes if worker_key(result, m) in tp}:
         result["exactly_once_vs_at_least_once"] = compare(result, "exactly_once",
                                                           "at_least_once")
+    if "worker_unchained" in tp and "worker" in tp:
+        result["chained_vs_unchained"] = compare_keys(
+            result, ("worker", "latency_ms"), ("worker_unchained", "latency_ms_unchained"))
     result["targets"] = report.targets(result)
     result["wall_s"] = round(time.monotonic() - wall0, 1)
     out = args.results
