@@ -205,3 +205,24 @@ def test_the_audits_streaming_check_finds_what_verify_session_finds(ops, tamper,
         sorted(f.seq for f in expected)
     moved_nothing = tamper == "move" and len(entries) == 1
     assert bool(found) == (tamper != "none" and not moved_nothing), (tamper, found)
+
+
+def test_a_checkpoints_head_finds_entries_chained_again_with_a_forged_state_head() -> None:
+    """A writer of the entries topic and of the changelog (not of the checkpoints) rewrites
+    seq 2 on, chains the rest again and forges the head to match: the chain and the state's
+    head agree, the checkpoint's head at seq 2 does not."""
+    entries = written(["one", "two", "three", "four"])
+    c2 = bytes.fromhex(entries[1][2].decode())
+    check = ChainCheck()
+    for k, v, c in entries:
+        check.read(k, v, [("chain", c)])
+    previous = c = bytes.fromhex(entries[0][2].decode())
+    for k, v, _ in entries[1:]:
+        v = v.replace(b'"text":"', b'"text":"forged ')
+        previous = c = link(previous, v)
+        check.read(k, v, [("chain", c.hex().encode())])
+    forged = {KEY: SessionHead(0, 5, chain=c)}
+    assert list(check.findings(forged, {})) == []  # the chain and the forged head agree
+    found = list(check.findings(forged, {KEY: SessionHead(0, 3, chain=c2)}))
+    assert found == [f"{KEY} seq 2: differs from the chain the checkpoint holds: the entry "
+                     "was changed since"]
