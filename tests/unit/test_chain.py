@@ -226,3 +226,18 @@ def test_a_checkpoints_head_finds_entries_chained_again_with_a_forged_state_head
     found = list(check.findings(forged, {KEY: SessionHead(0, 3, chain=c2)}))
     assert found == [f"{KEY} seq 2: differs from the chain the checkpoint holds: the entry "
                      "was changed since"]
+
+
+def test_a_session_whose_head_is_unreadable_is_one_finding_not_two() -> None:
+    entries = written(["one", "two"])
+    check = ChainCheck()
+    for k, v, c in entries:
+        check.read(k, v, [("chain", c)])
+    other = SessionHead(0, 2, chain=b"\0" * 32)  # another session, so the partition has heads
+    assert list(check.findings({KEY: "chain: not 64 lowercase hex digits",
+                                "agent:ops:x:y": other}, {})) == [
+        f"{KEY}: the state's head is unreadable (chain: not 64 lowercase hex digits)",
+        "agent:ops:x:y seq 1: the worker's state holds a chain through this seq, and no "
+        "chained entry is left: removed"]
+    assert list(check.findings({"agent:ops:x:y": other}, {}))[0] == \
+        f"{KEY}: chained entries and no head in the state"

@@ -103,11 +103,10 @@ class ChainCheck:
             head = None if heads is None else heads.get(session)
             if isinstance(head, str):
                 yield f"{session}: the state's head is unreadable ({head})"
-                head = None
-            state = None if head is None else Head(head.next_seq, head.chain)
-            if heads is not None and head is None and any(
+            elif heads is not None and head is None and any(
                     e.chain is not None for e in sessions.get(session, ())):
                 yield f"{session}: chained entries and no head in the state"
+            state = Head(head.next_seq, head.chain) if isinstance(head, SessionHead) else None
             for finding in verify_checked(session, sessions.get(session, ()), state).findings:
                 yield f"{session} {finding}"
         for session, head in sorted(anchors.items()):
