@@ -440,11 +440,10 @@ def run(args: argparse.Namespace) -> int:
         state = audit_control.changelog_records(
             ks, changelog, lambda k: k == CUTOVER_KEY or k.startswith(audit_chain.HEAD_KEYS))
         cuts = audit_control.cutovers(changelog, state)
-        state_found = bool(end_offsets(ks, changelog))
         for p in sorted(checkpoints):
             report.partitions += 1
             heads = audit_chain.state_heads((k, v) for q, _, k, v in state if q == p) \
-                if state_found else None
+                if state is not None else None
             dead |= audit_partition(ks, owner, p, report, since, bar, checkpoints[p], history,
                                     cuts, heads)
         actual_dead = set()

@@ -47,6 +47,7 @@ class _Read(NamedTuple):
     seq: int
     epoch: int | str
     header: bytes | None
+    chain: bytes | None  # the header's 32 bytes (None: absent or not 64 lowercase hex digits)
     checked_from: bytes  # the previous chain it was checked against
     chains: bool  # whether its chain follows from `checked_from`
 
@@ -70,12 +71,11 @@ class ChainCheck:
         header = _header(headers)
         epoch = epoch_of(value, session, seq)
         before = self.latest.get(entry_key(session, seq - 1)) if seq > 1 else None
-        previous = parse_chain(before.header) if before is not None and before.header \
-            is not None else None
+        previous = None if before is None else before.chain
         if previous is None:  # no chained predecessor: this entry starts the chain
             previous = root(session, epoch) if isinstance(epoch, int) else b""
         chain = parse_chain(header)
-        self.latest[key] = _Read(session, seq, epoch, header, previous,
+        self.latest[key] = _Read(session, seq, epoch, header, chain, previous,
                                  chain is not None and link(previous, value) == chain)
 
     def live(self) -> dict[bytes, _Read]:
@@ -112,7 +112,7 @@ class ChainCheck:
         for session, head in sorted(anchors.items()):
             key = entry_key(session, head.next_seq - 1)
             r = live.get(key)
-            if head.chain is not None and r is not None and parse_chain(r.header) != head.chain:
+            if head.chain is not None and r is not None and r.chain != head.chain:
                 yield (f"{session} seq {head.next_seq - 1}: differs from the chain the "
                        "checkpoint holds: the entry was changed since")
 

@@ -23,23 +23,23 @@ from workers.settings import KafkaSettings
 
 
 def changelog_records(ks: KafkaSettings, changelog: str, keys: Callable[[bytes], bool]
-                      ) -> list[tuple[int, int, bytes, bytes | None]]:
+                      ) -> list[tuple[int, int, bytes, bytes | None]] | None:
     """The records of the state changelog whose key `keys` accepts, (partition, offset, key,
-    value) in offset order per partition; none when the changelog does not exist."""
+    value) in offset order per partition; None when the changelog does not exist."""
     from workers.kafka_io import end_offsets, read
 
     if not end_offsets(ks, changelog):
-        return []
+        return None
     return [(r.partition, r.offset, r.key, r.value) for r in read(ks, changelog)
             if r.key is not None and keys(r.key)]
 
 
-def cutovers(changelog: str, records: Iterable[tuple[int, int, bytes, bytes | None]]
+def cutovers(changelog: str, records: Iterable[tuple[int, int, bytes, bytes | None]] | None
              ) -> dict[int, int | str]:
     """Per input partition, its erase cut-over (absent: not known); for a value that is not
     an offset, the `malformed` finding to report (the partition is then audited without one)."""
     out: dict[int, int | str] = {}
-    for partition, offset, key, value in records:
+    for partition, offset, key, value in records or ():
         if key != CUTOVER_KEY:
             continue
         if value is None:
