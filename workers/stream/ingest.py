@@ -25,6 +25,7 @@ one batch (aiokafka keeps at most one fetch response per partition below that).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter, deque
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -48,6 +49,7 @@ class Inbox:
         self._items: deque[ConsumerMessage] = deque()
         self._not_empty = asyncio.Event()
         self._nudged = False  # wake a waiting take with no messages (nudge)
+        self._since = 0.0  # when the oldest message held arrived (time.monotonic)
         self._full: set[TP] = set()  # partitions reported full to the consumer
         self.high_water = 0  # most messages held at once (reported in the worker's log)
 
@@ -67,6 +69,8 @@ class Inbox:
             return rest
         generation = self.app.consumer_generation_id
         items = self._items
+        if not items:
+            self._since = time.monotonic()
         for fetched_tp, batch in mine.items():
             tp = TP(fetched_tp.topic, fetched_tp.partition)  # faust's TP, not the client's
             for r in batch:
@@ -102,9 +106,10 @@ class Inbox:
 
     async def take(self, max_items: int, linger_s: float,
                    timeout_s: float | None = None) -> list[ConsumerMessage]:
-        """At least one message; more if they arrive within `linger_s`, up to `max_items`.
-        With `timeout_s`: none (an empty list) if nothing arrives within it; none, too, once
-        `nudge` was called."""
+        """At least one message; more if they arrive within `linger_s` of the oldest one's
+        arrival (a producer's linger.ms), up to `max_items`. Messages that waited that long
+        already (for the last batch's commit) are taken at once. With `timeout_s`: none (an
+        empty list) if nothing arrives within it; none, too, once `nudge` was called."""
         while not self._items:
             if self._nudged:
                 self._nudged = False
@@ -118,7 +123,9 @@ class Inbox:
             except TimeoutError:
                 return []
         if len(self._items) < max_items and linger_s > 0:
-            await asyncio.sleep(linger_s)  # let a burst fill the batch (bounded latency)
+            left = self._since + linger_s - time.monotonic()
+            if left > 0:
+                await asyncio.sleep(left)  # let a burst fill the batch (bounded latency)
         items = self._items
         n = min(max_items, len(items))
         batch = [items.popleft() for _ in range(n)]

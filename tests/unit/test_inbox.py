@@ -1,0 +1,107 @@
+"""The inbox's linger (workers.stream.ingest.Inbox.take): counted from the oldest message's
+arrival, as a producer's linger.ms, so that messages which waited out the last batch's commit
+are taken at once. The clock and the sleep are stand-ins: no wall-clock time is asserted."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import pytest
+from faust.types import TP
+
+from workers.stream import ingest
+from workers.stream.ingest import Inbox
+
+TOPIC = "delivery.confirmations"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
+    c = Clock()
+    monkeypatch.setattr(ingest.time, "monotonic", c.monotonic)
+    monkeypatch.setattr(ingest.asyncio, "sleep", c.sleep)
+    yield c
+
+
+def inbox() -> Inbox:
+    box = Inbox(TOPIC, maxsize=1000)
+    box.attach(SimpleNamespace(consumer_generation_id=1, consumer=None))
+    return box
+
+
+def fetched(*offsets: int, partition: int = 0) -> dict[TP, list]:
+    return {TP(TOPIC, partition): [SimpleNamespace(
+        topic=TOPIC, partition=partition, offset=o, timestamp=1_700_000_000_000,
+        timestamp_type=0, headers=[], key=b"k", value=b"v", checksum=None,
+        serialized_key_size=1, serialized_value_size=1) for o in offsets]}
+
+
+def take(box: Inbox, max_items: int = 100, linger_s: float = 0.001) -> list:
+    return asyncio.run(box.take(max_items, linger_s))
+
+
+def test_a_message_that_just_arrived_lingers_the_whole_linger(clock: Clock) -> None:
+    box = inbox()
+    box.divert(fetched(0))
+    assert [m.offset for m in take(box)] == [0]
+    assert clock.slept == [pytest.approx(0.001)]
+
+
+def test_messages_that_waited_out_a_commit_are_taken_at_once(clock: Clock) -> None:
+    box = inbox()
+    box.divert(fetched(0, 1))
+    clock.now += 0.004  # the last batch's transaction commits meanwhile
+    box.divert(fetched(2, partition=1))
+    assert [m.offset for m in take(box)] == [0, 1, 2]
+    assert clock.slept == []
+
+
+def test_the_linger_counts_from_the_oldest_not_the_newest(clock: Clock) -> None:
+    box = inbox()
+    box.divert(fetched(0))
+    clock.now += 0.0006
+    box.divert(fetched(1))  # arriving later does not restart the linger
+    take(box)
+    assert clock.slept == [pytest.approx(0.0004)]
+
+
+def test_the_next_message_after_an_empty_inbox_lingers_afresh(clock: Clock) -> None:
+    box = inbox()
+    box.divert(fetched(0))
+    clock.now += 0.01
+    take(box)
+    clock.now += 0.01
+    box.divert(fetched(1))  # the inbox was empty: this one's arrival is the oldest
+    take(box)
+    assert clock.slept == [pytest.approx(0.001)]
+
+
+def test_what_a_full_batch_left_behind_has_waited_already(clock: Clock) -> None:
+    box = inbox()
+    box.divert(fetched(*range(5)))
+    assert len(take(box, max_items=3)) == 3  # full: no linger
+    clock.now += 0.002
+    assert [m.offset for m in take(box, max_items=3)] == [3, 4]
+    assert clock.slept == []
+
+
+def test_no_linger_configured_never_sleeps(clock: Clock) -> None:
+    box = inbox()
+    box.divert(fetched(0))
+    take(box, linger_s=0)
+    assert clock.slept == []
