@@ -54,6 +54,7 @@ from workers.core.outputs import DIAGNOSTICS, Source
 from workers.core.owner import Owner, apply, record_clock
 from workers.ops.health import Health
 from workers.ops.metrics import Metrics
+from workers.stream import heap
 from workers.stream.adapter import GroupMember
 from workers.stream.batch_send import Record, send_all
 from workers.stream.checkpoints import Checkpointer
@@ -231,6 +232,7 @@ class Processor:
                 self._cut = set()
                 self._partitions = sorted({tp.partition for tp in cursors})
                 self.store.forget_cache()  # another worker may have owned these sessions
+                heap.settle()  # the restore's garbage gone, the survivors out of the GC's way
         # No await from here to track_message: a revocation cannot start in between.
         consumer = app.consumer
         live, skipped, seeks = [], [], {}
