@@ -144,15 +144,21 @@ def _broker_pid() -> int:
 
 def test_livez_fails_while_a_batch_cannot_commit_and_recovers(env, workers):
     """A frozen broker holds the batch in flight: /livez turns 503 past the liveness timeout
-    (a supervisor would restart the worker), and 200 again once the broker answers."""
+    (a supervisor would restart the worker), and 200 again once the broker answers.
+
+    The input is published before the worker starts, so that the broker freezes while the
+    worker is still working through it: published while it ran, the worker could have taken
+    all of it before the broker froze, and then no batch is in flight to hold."""
     ks = kafka_settings(env)
     port = free_port()
+    publish(ks, ks.topic(CONFIRMATIONS), generate(80_000, seed=16), 8)
     w = workers("w", TRANSCRIPT_HTTP_PORT=str(port), TRANSCRIPT_LIVENESS_TIMEOUT_S="2",
                 TRANSCRIPT_MAX_BATCH="2000")
     poll_until(lambda: get(port, "/readyz")[0] == 200, 90, [w], "ready")
-    publish(ks, ks.topic(CONFIRMATIONS), generate(40_000, seed=16), 8)
     poll_until(lambda: total(samples(port), "transcript_owner_batch_records_count") > 0, 60, [w],
-               "a batch committed")
+               "a batch committed", interval=0.05)
+    assert total(samples(port), "transcript_owner_batch_records_sum") < 80_000, \
+        "the worker took all of its input before the broker froze"
     pid = _broker_pid()
     os.kill(pid, signal.SIGSTOP)
     try:

@@ -8,7 +8,8 @@ visits, so its collections see only what came later.
 
 A frozen object that becomes cyclic garbage is never freed, so each new generation of the group
 (the state restored, a quiet moment) first unfreezes and collects everything, then freezes the
-survivors: what leaked between two rebalances is freed at the next.
+survivors: what leaked between two rebalances is freed at the next, and it never exceeds
+what the last settle froze.
 """
 
 from __future__ import annotations
