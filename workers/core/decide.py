@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import msgspec
 from transcript_connector.chain import link as chain_link
@@ -102,13 +102,16 @@ def decide(
         raise ValueError("now and written_at need a UTC offset")
     if not MIN_TIMESTAMP <= written_at <= MAX_TIMESTAMP:
         raise ValueError(f"written_at outside {TIMESTAMP_RANGE}")
+    # the tag says which record it is (a pydantic model, or a msgspec Struct of the same shape
+    # from the fast parse: isinstance cannot tell)
     if record.schema_ == RESET:
-        return _reset(head, record, key, now)
+        return _reset(head, cast(SessionReset, record), key, now)
     if record.schema_ == ERASE:
-        return _erase(head, record, key, now)
-    if head.erased_at is not None and record.confirmed_at <= head.erased_at:
-        return _erased_send(head, record, key)
-    return _confirmation(head, prior, record, key, now, written_at, dedupe_window)
+        return _erase(head, cast(SessionErase, record), key, now)
+    send = cast(DeliveryConfirmation, record)
+    if head.erased_at is not None and send.confirmed_at <= head.erased_at:
+        return _erased_send(head, send, key)
+    return _confirmation(head, prior, send, key, now, written_at, dedupe_window)
 
 
 def skewed(at: datetime, now: datetime) -> bool:
@@ -126,7 +129,7 @@ def _reset(head: SessionHead, record: SessionReset, key: str, now: datetime) -> 
     A reset dated ahead of the worker's clock counts as made now, or one reset dated 2999
     would make every later reset look redelivered.
     """
-    at, diags = record.reset_at, ()
+    at, diags = record.reset_at, cast(tuple[Diagnostic, ...], ())
     if skewed(at, now):
         at = now
         diags = (_skew_diagnostic(key, None, record.reset_at, now),)

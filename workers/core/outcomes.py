@@ -35,6 +35,7 @@ SESSION_KEY_MISMATCH = "session_key_mismatch"  # info: the sender's key was not 
 CLOCK_SKEW = "clock_skew"  # warn: a record's time was ahead of the worker's clock
 CONFIRMED_BEFORE_ERASURE = "confirmed_before_erasure"  # info: a send of erased history
 HANDLING_FAILED = "handling failed"  # dead-letter reason prefix: the step raised
+NULL_VALUE = "no value: a tombstone is not a record"  # dead-letter reason
 
 _DIAGNOSTIC = Diagnostic.__pydantic_validator__  # model_validate without its Python layer
 _ENTRY = TranscriptEntry.__pydantic_validator__
@@ -97,6 +98,7 @@ __all__ = [
     "CONFIRMED_BEFORE_ERASURE",
     "CONFLICTING_DUPLICATE",
     "HANDLING_FAILED",
+    "NULL_VALUE",
     "DESTINATION_BOUND_TO_OTHER_AGENT",
     "IN_CHAT_JOB_DELIVERED_ELSEWHERE",
     "NATIVE_ONLY_PAYLOAD",

@@ -52,7 +52,7 @@ class Source(NamedTuple):
     partition: int
     offset: int
     key: bytes | None
-    value: bytes
+    value: bytes | None  # None: Kafka's null value (a tombstone), a dead letter
     headers: tuple[tuple[str, bytes], ...] | list | None = ()  # as the client gives them
 
 

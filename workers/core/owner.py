@@ -12,11 +12,11 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from transcript_connector.partitioning import partition_for
 
-from schemas import CONFIRMATION, ERASE, Invalid, read_input
+from schemas import CONFIRMATION, ERASE, DeliveryConfirmation, Invalid, SessionErase, read_input
 from workers.core import (
     Outcome,
     Seen,
@@ -39,6 +39,7 @@ from workers.core.control import (
     control_offset,
     ticket,
 )
+from workers.core.outcomes import NULL_VALUE
 from workers.core.outputs import CONFIRMATIONS, OutRecord, Source, encode
 
 
@@ -87,12 +88,16 @@ class Owner:
 
     def _step(self, source: Source, view: StateView, now: datetime | None) -> Step:
         partitions = self.partitions
-        record = read_input(source.value)
+        value = source.value
+        if value is None:
+            return self._dead(dead_letter(NULL_VALUE), source)
+        record = read_input(value)
         if isinstance(record, Invalid):
             return self._dead(dead_letter(record.reason), source)
         if source.topic == self.control:
-            return self._forward(record, source)
-        send_id = record.send_id if record.schema_ == CONFIRMATION else None
+            return self._forward(record, source, value)
+        send_id = cast(DeliveryConfirmation, record).send_id if record.schema_ == CONFIRMATION \
+            else None
         key = session_key_of(record)
         if isinstance(key, Invalid):
             return self._dead(dead_letter(key.reason, send_id=send_id), source)
@@ -100,12 +105,13 @@ class Owner:
         if record.schema_ == ERASE:  # the trust boundary: workers/core/control.py
             at = control_offset(source.headers)
             held = view.ticket(key, at) if at is not None and at >= 0 else None
-            admitted = admit_erase(source.offset, source.value, at, held, view.cutover())
+            admitted = admit_erase(source.offset, value, at, held, view.cutover())
             if not isinstance(admitted, Admit):
                 return self._dead(dead_letter(admitted, key), source)
             if admitted.ticket is not None:
                 spend = (admitted.ticket, None)
-                record = _erased_at(record, clamped(record.erased_at, now or self.clock()))
+                erase = cast(SessionErase, record)
+                record = _erased_at(erase, clamped(erase.erased_at, now or self.clock()))
         if partitions is not None:
             home = partition_for(key, partitions)
             if source.key != key.encode() or source.partition != home:
@@ -122,7 +128,7 @@ class Owner:
         return Step(outcome.kind, sends, key, new_head, seen, outcome,  # type: ignore[arg-type]
                     erase=outcome.kind == "erased", ticket=spend)
 
-    def _forward(self, record: object, source: Source) -> Step:
+    def _forward(self, record: object, source: Source, value: bytes) -> Step:
         """A record of transcript.control: an erase is forwarded into its input partition,
         where it is decided in the session's order; the session holds its ticket meanwhile."""
         if getattr(record, "schema_", None) != ERASE:
@@ -134,9 +140,9 @@ class Owner:
                 source.key != key.encode() or source.partition != partition_for(
                     key, self.partitions)):
             return self._dead(dead_letter(NOT_ITS_PARTITION, key), source)
-        copy = OutRecord(CONFIRMATIONS, key.encode(), source.value, source.partition,
+        copy = OutRecord(CONFIRMATIONS, key.encode(), value, source.partition,
                          ((CONTROL_OFFSET_HEADER, str(source.offset).encode()),))
-        return Step("forwarded", [copy], key, ticket=(source.offset, ticket(source.value)))
+        return Step("forwarded", [copy], key, ticket=(source.offset, ticket(value)))
 
     def _dead(self, outcome: Outcome, source: Source) -> Step:
         return Step("dead_letter", encode(outcome, source, self.partitions or 1),
@@ -167,15 +173,15 @@ def record_clock(timestamp_s: float | None, wall: datetime, wall_s: float) -> da
     return datetime.fromtimestamp(timestamp_s, UTC)
 
 
-def _erased_at(record: object, at: datetime) -> object:
+def _erased_at(record: SessionErase, at: datetime) -> SessionErase:
     """`record` (a pydantic model or a msgspec Struct of schemas) with another `erased_at`."""
-    if at == record.erased_at:  # type: ignore[attr-defined]
+    if at == record.erased_at:
         return record
     if hasattr(record, "model_copy"):
-        return record.model_copy(update={"erased_at": at})  # type: ignore[attr-defined]
+        return record.model_copy(update={"erased_at": at})
     import msgspec
 
-    return msgspec.structs.replace(record, erased_at=at)  # type: ignore[arg-type]
+    return msgspec.structs.replace(record, erased_at=at)  # type: ignore[type-var]
 
 
 def rekey(source: Source, key: str, partition: int) -> OutRecord:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, cast
 
-from transcript_connector.records import CONFIRMATION, InputRecord
+from transcript_connector.records import CONFIRMATION, DeliveryConfirmation, InputRecord
 
 from workers.core.decide import DEFAULT_DEDUPE_WINDOW, Decision, decide
 from workers.core.errors import OwnerError
@@ -117,7 +117,8 @@ def decide_in(
     """(the head read, the decision) for `record` of session `key`; never raises but
     StoreFailure. A failed decision leaves the head as it was and remembers nothing."""
     head = EMPTY_HEAD
-    send_id = record.send_id if record.schema_ == CONFIRMATION else None
+    send_id = cast(DeliveryConfirmation, record).send_id if record.schema_ == CONFIRMATION \
+        else None
     try:
         head = view.head(key)
         prior = None if send_id is None else view.seen(key, send_id)
@@ -126,8 +127,8 @@ def decide_in(
         )
     except StoreFailure:
         raise
-    except UnreadableState as exc:
-        reason = f"stored state of the session is unreadable: {exc}"
+    except UnreadableState as unreadable:  # a name of its own: compiled, a name has one type
+        reason = f"stored state of the session is unreadable: {unreadable}"
         return head, Decision(head, None, dead_letter(_bounded(reason), key, send_id=send_id))
     except Exception as exc:  # noqa: BLE001  (no record may stop the worker: Rule 1)
         return head, Decision(head, None, failed(exc, key, send_id))

@@ -125,8 +125,8 @@ class SessionStore:
         p = self.partition
         self._heads.pop(key, None)
         self.pending[(p, head_key(key))] = None
-        for k in [k for k in self._seen if k[0] == key]:
-            del self._seen[k]
+        for seen in [seen for seen in self._seen if seen[0] == key]:
+            del self._seen[seen]
         prefix = seen_key(key, "")[:-3]  # ["s",<session>,   (the JSON of "" and "]" cut)
         for (q, k) in list(self.pending):
             if q == p and k.startswith(prefix):

@@ -7,6 +7,8 @@ a builder refuses exactly the keys the worker would dead-letter, with the same r
 
 from __future__ import annotations
 
+from typing import cast
+
 from transcript_connector.parse import Invalid
 from transcript_connector.records import CONFIRMATION, RESET, DeliveryConfirmation, InputRecord
 from transcript_connector.session_keys import canonical_session_key
@@ -40,7 +42,8 @@ def session_key_of(record: InputRecord) -> str | Invalid:
             what = "a reset" if record.schema_ == RESET else "an erase"
             return Invalid(f"session_key: {what} needs a full agent:<agent_id>:… key")
         return canonical_or_invalid("session_key", record.session_key, _NO_SENDER)
-    return canonical_or_invalid("session_key", record.session_key, record.agent_id)
+    return canonical_or_invalid("session_key", record.session_key,
+                                cast(DeliveryConfirmation, record).agent_id)
 
 
 def origin_key_problem(record: DeliveryConfirmation) -> Invalid | None:
