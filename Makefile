@@ -17,7 +17,7 @@ BENCH_STAMP := $(BENCH_VENV)/.installed
 CONNECTOR_VENV := var/venv-connector
 CONNECTOR_STAMP := $(CONNECTOR_VENV)/.installed
 
-.PHONY: help install connector-python kafka-up kafka-down kafka-status kafka-up-secure kafka-down-secure topics topics-check prometheus-tool kcat-tool image image-tools test test-unit faults run demo bench schemas lint clean
+.PHONY: help install compile uncompile connector-python kafka-up kafka-down kafka-status kafka-up-secure kafka-down-secure topics topics-check prometheus-tool kcat-tool image image-tools test test-unit faults run demo bench schemas lint clean
 
 help:
 	@echo "make run        venv + local Kafka + topics + the worker in the foreground"
@@ -29,6 +29,7 @@ help:
 	@echo "make kafka-up-secure  a second local broker: SASL_SSL + SCRAM + ACLs on 127.0.0.1:9192;"
 	@echo "                 one env file per principal in var/kafka/secure/ (make kafka-down-secure)"
 	@echo "make connector-python  the Python connector in var/venv-connector (its own deps only)"
+	@echo "make compile    the per-record path compiled with mypyc (make install does it; uncompile)"
 	@echo "make kafka-up | kafka-down | topics | schemas | lint"
 
 $(STAMP): pyproject.toml
@@ -38,7 +39,19 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
-install: $(STAMP)
+# the per-record path compiled with mypyc, in place (deploy/compile/build.py; the modules:
+# workers/compiled.py); rebuilt when a source it reads changes. make uncompile: run the sources
+COMPILE_STAMP := build/mypyc/.compiled
+$(COMPILE_STAMP): $(STAMP) deploy/compile/build.py $(wildcard workers/*.py workers/core/*.py workers/stream/*.py schemas/*.py connectors/python/src/transcript_connector/*.py)
+	$(PY) deploy/compile/build.py
+	mkdir -p $(@D) && touch $@
+
+compile: $(COMPILE_STAMP)
+
+uncompile:
+	rm -f workers/compiled__mypyc.*.so workers/core/*.so workers/stream/*.so $(COMPILE_STAMP)
+
+install: $(STAMP) $(COMPILE_STAMP)
 
 $(CONNECTOR_STAMP): connectors/python/pyproject.toml
 	@python3.11 -c 'pass' || { echo "python3.11 is required for $(CONNECTOR_VENV)"; exit 1; }
@@ -151,5 +164,5 @@ $(BENCH_STAMP): pyproject.toml | $(STAMP)
 bench: install kafka-up $(BENCH_STAMP)
 	$(PY) bench/run.py $(BENCH_ARGS)
 
-clean:
-	rm -rf $(VENV) var
+clean: uncompile
+	rm -rf $(VENV) var build

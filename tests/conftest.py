@@ -19,6 +19,16 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A compiled module older than its source would test old code (workers/compiled.py)."""
+    from workers.compiled import status
+
+    stale = status().stale
+    if stale:
+        pytest.exit(f"compiled modules older than their sources: {', '.join(stale)}; run "
+                    "`make compile` (or `make uncompile` to test the sources)", returncode=2)
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> str:
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP")

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from mode import Service
 
+from workers import compiled
 from workers.core.checkpoint_format import CHECKPOINTS
 from workers.core.outputs import (
     CONFIRMATIONS,
@@ -292,6 +293,8 @@ def run(args: argparse.Namespace) -> int:
         kafka_log.setLevel(logging.NOTSET)
     log.info("starting %s on %s (prefix %r), state in %s", app.conf.id, ks.bootstrap,
              ks.topic_prefix, app.conf.datadir)
+    build = compiled.status()
+    (log.warning if build.stale else log.info)("%s", build.describe())
     worker = Worker(app, loglevel=ws.log_level, quiet=True, redirect_stdouts=False)
     stop_within(worker, ws.shutdown_timeout_s)
     try:
