@@ -220,6 +220,34 @@ def test_committed_offsets_wait_for_a_pending_transactional_offset_commit(env, t
     assert group_offset(ks, group, source, 4) == 9
 
 
+def test_the_offsets_reader_reads_first_and_last_stable_offsets(env, topics):
+    """The reader the processor asks at each generation, on connections of its own: a
+    partition's first offset, and its last stable one (an open transaction's records and the
+    markers after them are not below it until the transaction ends)."""
+    ks = kafka_settings(env)
+    group, entries = ks.topic_prefix + "bounds", ks.topic(ENTRIES)
+    tp = TopicPartition(entries, 2)
+
+    async def scenario() -> None:
+        reader = committed_offsets(ks, group)
+        assert await reader.earliest([tp]) == {tp: 0}
+        assert await reader.ends([tp]) == {tp: 0}
+        txns = BatchTransactions(producer_factory(ks, group), f"{group}-w1")
+        await txns.start()
+        await txns.commit([(entries, 2, b"k", b"1", ()), (entries, 2, b"k", b"2", ())], {}, group)
+        assert await reader.ends([tp]) == {tp: 3}  # two records and the commit marker
+        producer = txns.producer
+        await producer.begin_transaction()
+        await producer.send_and_wait(entries, b"3", key=b"k", partition=2)
+        assert await reader.ends([tp]) == {tp: 3}  # open: not stable yet
+        await producer.commit_transaction()
+        assert await reader.ends([tp]) == {tp: 5}
+        assert await reader.earliest([tp]) == {tp: 0}
+        await txns.close()
+
+    asyncio.run(scenario())
+
+
 def test_top_up_applies_committed_changelog_records_and_skips_aborted_ones(env, topics,
                                                                           tmp_path):
     import rocksdict

@@ -1,4 +1,4 @@
-"""The worker's own Kafka clients beside faust's: its producer, and the committed-offsets reader.
+"""The worker's own Kafka clients beside faust's: its producer, and the offsets reader.
 
 faust's producer and consumer carry the group and the fetches; these are the ones the batch
 path (workers.stream.processor) and the takeover (workers.stream.takeover) use themselves.
@@ -17,17 +17,33 @@ log = logging.getLogger("transcript_owner.worker")
 COMMITTED_OFFSETS_TIMEOUT_S = 120.0  # then the worker exits (70) and its supervisor restarts it
 
 
-def committed_offsets(ks: KafkaSettings, group: str):  # noqa: ANN201
-    """The group's committed offsets, asked of the cluster (once per rebalance, off the loop).
-    Stable ones (KIP-447 require_stable, which a read_committed consumer asks for): while an
-    offset commit of a transaction that has not ended is pending on a partition, the broker
-    answers UNSTABLE_OFFSET_COMMIT and the ask is repeated, so a partition's new owner never
-    starts below what its last owner's last transaction commits."""
-    from kafka import KafkaConsumer, TopicPartition
+def committed_offsets(ks: KafkaSettings, group: str) -> OffsetsReader:
+    """The group's committed offsets, and partitions' first and last stable offsets, asked of
+    the cluster (once per rebalance, off the loop) on a connection of their own: faust's
+    consumer has a fetch waiting on the broker most of the time, and a request sent behind it
+    waits for it (up to its max wait, 100 ms: three lookups on it held a restart's first batch
+    for 0.3 s). Stable committed offsets (KIP-447 require_stable, which a read_committed
+    consumer asks for): while an offset commit of a transaction that has not ended is pending
+    on a partition, the broker answers UNSTABLE_OFFSET_COMMIT and the ask is repeated, so a
+    partition's new owner never starts below what its last owner's last transaction
+    commits."""
+    from kafka import IsolationLevel, KafkaConsumer, OffsetSpec, TopicPartition
+    from kafka.admin import KafkaAdminClient
     from kafka.errors import KafkaError
 
     client: list[KafkaConsumer] = []
+    # first and last offsets through an admin client: the consumer's lookup of a topic it has
+    # not seen refreshes its metadata after kafka-python's fixed 100 ms backoff (each restart's
+    # first batch waited it, twice)
+    admin: list[KafkaAdminClient] = []
     lock = threading.Lock()
+
+    def connect_admin() -> KafkaAdminClient:
+        with lock:
+            if not admin:
+                admin.append(KafkaAdminClient(**ks.kafka_python_kwargs(),
+                                              client_id=f"{group}-offsets"))
+            return admin[0]
 
     def connect() -> KafkaConsumer:
         with lock:  # a consumer that never subscribes: it asks, it does not join the group
@@ -41,6 +57,7 @@ def committed_offsets(ks: KafkaSettings, group: str):  # noqa: ANN201
     def warm_up() -> None:
         try:
             connect()
+            connect_admin()
         except Exception:  # noqa: BLE001  (ask connects again, and says why it cannot)
             log.debug("the offsets client did not connect ahead of the first batch", exc_info=True)
 
@@ -67,10 +84,33 @@ def committed_offsets(ks: KafkaSettings, group: str):  # noqa: ANN201
                     pause = min(2.0, pause * 2)
         return found
 
-    async def committed(tps: list) -> dict:
-        return await asyncio.get_running_loop().run_in_executor(None, ask, tps)
+    def bounds(tps: list, earliest: bool) -> dict:
+        mine = {TopicPartition(tp.topic, tp.partition): tp for tp in tps}
+        spec = OffsetSpec.EARLIEST if earliest else OffsetSpec.LATEST
+        client_ = connect_admin()
+        with lock:  # one call at a time on the client
+            found = client_.list_partition_offsets(
+                dict.fromkeys(mine, spec), isolation_level=IsolationLevel.READ_COMMITTED)
+        return {mine[tp]: info.offset for tp, info in found.items()}
 
-    return committed
+    return OffsetsReader(ask, bounds)
+
+
+class OffsetsReader:
+    """`await reader(tps)`: committed offsets ({tp: offset or None}); `earliest(tps)` and
+    `ends(tps)`: the partitions' first offsets and last stable offsets ({tp: offset})."""
+
+    def __init__(self, ask, bounds) -> None:  # noqa: ANN001
+        self._ask, self._bounds = ask, bounds
+
+    async def __call__(self, tps: list) -> dict:
+        return await asyncio.get_running_loop().run_in_executor(None, self._ask, tps)
+
+    async def earliest(self, tps: list) -> dict:
+        return await asyncio.get_running_loop().run_in_executor(None, self._bounds, tps, True)
+
+    async def ends(self, tps: list) -> dict:
+        return await asyncio.get_running_loop().run_in_executor(None, self._bounds, tps, False)
 
 
 def producer_factory(ks: KafkaSettings, app_id: str, transaction_timeout_s: float = 60.0):  # noqa: ANN201

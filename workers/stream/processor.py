@@ -41,7 +41,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -58,6 +58,7 @@ from workers.stream import heap
 from workers.stream.adapter import GroupMember
 from workers.stream.batch_send import Record, send_all
 from workers.stream.checkpoints import Checkpointer
+from workers.stream.clients import OffsetsReader
 from workers.stream.ingest import Inbox
 from workers.stream.local_state import OFFSET_KEY
 from workers.stream.session_store import SessionStore
@@ -69,8 +70,6 @@ EXIT_FATAL = 70
 SWEEP_SHARE = 4  # a batch's upkeep slice (expiry, migration): a quarter as many stored keys
 _LARGE_GAP = 1000  # a skipped range this long is worth a warning (records lost to retention?)
 
-# the group's committed offsets for these partitions (None where nothing is committed)
-CommittedOffsets = Callable[[list[TP]], Awaitable[dict[TP, int | None]]]
 # the group member this worker is in a generation (its offsets' fence: workers.stream.adapter)
 MemberOf = Callable[[int], GroupMember]
 
@@ -107,7 +106,7 @@ class _Cursor:
 class Processor:
     def __init__(
         self, app: Any, inbox: Inbox, state: StateOwner, owner: Owner, topic_names: dict[str, str],
-        topic_partitions: dict[str, int], committed: CommittedOffsets,
+        topic_partitions: dict[str, int], committed: OffsetsReader,
         new_producer: Callable[[], Any], clock: BatchClock, *, max_batch: int = 20_000,
         linger_s: float = 0.001, cache_size: int = 200_000,
         transactions: BatchTransactions | None = None, member: MemberOf | None = None,
@@ -281,7 +280,7 @@ class Processor:
         if not tps:
             return {}
         committed = await self.committed(tps)
-        earliest = await self.app.consumer.earliest_offsets(*tps)
+        earliest = await self.committed.earliest(tps)
         if self.checkpoints is not None:
             await self._diagnostics_ends(sorted({tp.partition for tp in tps}))
         return {
@@ -297,7 +296,7 @@ class Processor:
         self.checkpoints.forget()
         topic = self.topic_names[DIAGNOSTICS]
         try:
-            ends = await self.app.consumer.highwaters(*(TP(topic, p) for p in partitions))
+            ends = await self.committed.ends([TP(topic, p) for p in partitions])
         except Exception as exc:  # noqa: BLE001  (checkpoints then say "not known")
             log.warning("diagnostics end offsets not read (%s): checkpoints of this generation "
                         "leave them out until a diagnostic is written", type(exc).__name__)
