@@ -2,9 +2,15 @@
 
     python bench/decide_speed.py /tmp/in.jsonl [--limit N]
     python bench/decide_speed.py /tmp/in.jsonl --worker [--limit N] [--batch 2000]
+    python bench/decide_speed.py /tmp/in.jsonl --stages [--limit N] [--batch 2000]
 
 Default: replay's path (Owner.handle over a MemoryState, then replay's output line), timed
 per record. File reading and writing are not timed.
+
+--stages: where --worker's microseconds go. The parts that are functions of the record alone
+(parse, session key, partition) and of the step's result (encode, store the step) are timed
+in passes of their own over the same records; `decide` is what is left of the whole step
+(reading the state, the rules, the entry's JSON and chain). Each figure is a mean.
 
 --worker: the worker's per-record path without Kafka (workers.stream.processor without the awaits):
 every record arrives keyed by its canonical key on its home partition (as connectors send
@@ -17,17 +23,18 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import gc
 from datetime import UTC, datetime
 from itertools import islice
 from time import perf_counter
 
-from transcript_connector.partitioning import murmur2
+from transcript_connector.partitioning import murmur2, partition_for
 
-from schemas import Invalid, parse_input
+from schemas import Invalid, parse_input, read_input
 from workers.commands.replay import render
 from workers.core import DEFAULT_DEDUPE_WINDOW, MemoryState, session_key_of
-from workers.core.outputs import Source
-from workers.core.owner import Owner, apply
+from workers.core.outputs import Source, encode
+from workers.core.owner import Owner, Step, apply
 from workers.stream.session_store import SessionStore
 
 WRITTEN_AT = datetime(2027, 1, 1, tzinfo=UTC)  # after every synthetic record: no skew
@@ -49,7 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="first N lines only")
     parser.add_argument("--worker", action="store_true", help="time the worker's path")
     parser.add_argument("--batch", type=int, default=2000, help="records per batch (--worker)")
+    parser.add_argument("--stages", action="store_true", help="--worker, in stages")
     args = parser.parse_args(argv)
+    if args.stages:
+        return stages(args.file, args.limit, args.batch)
     if args.worker:
         return worker(args.file, args.limit, args.batch)
     state = MemoryState()
@@ -72,11 +82,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def worker(path: str, limit: int | None, batch: int) -> int:
-    sources = _sources(path, limit)
+    sources, dbs, store, owner = _worker_path(path, limit)
     n = len(sources)
-    dbs = [DictStore() for _ in range(PARTITIONS)]
-    store = SessionStore(dbs.__getitem__, DEFAULT_DEDUPE_WINDOW)
-    owner = Owner(PARTITIONS, DEFAULT_DEDUPE_WINDOW, lambda: WRITTEN_AT)
     handle_s = write_s = 0.0
     for at in range(0, n, batch):
         t0 = perf_counter()
@@ -84,11 +91,7 @@ def worker(path: str, limit: int | None, batch: int) -> int:
             store.partition = source.partition
             apply(store, owner.handle(source, store))
         t1 = perf_counter()
-        for p, k, v in store.take_writes():
-            if v is None:
-                dbs[p].pop(k, None)
-            else:
-                dbs[p][k] = v
+        _write(store, dbs)
         write_s += perf_counter() - t1
         handle_s += t1 - t0
     values = [v for db in dbs for v in db.values()]
@@ -96,6 +99,96 @@ def worker(path: str, limit: int | None, batch: int) -> int:
           f"{max(map(len, values), default=0)} bytes, {sum(map(len, values)):,} bytes in all")
     _report(n, [("handle", handle_s), ("writes", write_s)])
     return 0
+
+
+def stages(path: str, limit: int | None, batch: int) -> int:
+    sources, dbs, store, owner = _worker_path(path, limit)
+    n = len(sources)
+    whole = _whole(sources, dbs, store, owner, batch)
+    # the steps again, untimed, for the passes that start from them; what a pass keeps is
+    # frozen before the next, so that no pass pays for collecting what earlier ones hold
+    _, dbs, store, owner = _worker_path(path, 0)
+    steps: list[Step] = []
+    for at in range(0, n, batch):
+        for source in sources[at : at + batch]:
+            store.partition = source.partition
+            steps.append(owner.handle(source, store))
+            apply(store, steps[-1])
+        _write(store, dbs)
+    gc.collect()
+    gc.freeze()
+    t0 = perf_counter()
+    records = [read_input(s.value) for s in sources]  # type: ignore[arg-type]
+    parse_s = perf_counter() - t0
+    valid = [r for r in records if not isinstance(r, Invalid)]
+    gc.freeze()
+    t0 = perf_counter()
+    keys = [session_key_of(r) for r in valid]
+    key_s = perf_counter() - t0
+    names = [k for k in keys if isinstance(k, str)]
+    gc.freeze()
+    t0 = perf_counter()
+    for k in names:
+        partition_for(k, PARTITIONS)
+    partition_s = perf_counter() - t0
+    decided = [(st.decided, src) for st, src in zip(steps, sources, strict=True)
+               if st.decided is not None]
+    gc.freeze()
+    t0 = perf_counter()
+    for outcome, src in decided:
+        encode(outcome, src, PARTITIONS)
+    encode_s = perf_counter() - t0
+    # storing the steps again, into an empty store of its own (writes only)
+    again = SessionStore([DictStore() for _ in range(PARTITIONS)].__getitem__,
+                         DEFAULT_DEDUPE_WINDOW)
+    stored = [(st, src.partition) for st, src in zip(steps, sources, strict=True)
+              if st.head is not None or st.seen is not None]
+    gc.freeze()
+    t0 = perf_counter()
+    for at in range(0, len(stored), batch):
+        for st, p in stored[at : at + batch]:
+            again.partition = p
+            apply(again, st)
+        for _ in again.take_writes():
+            pass
+    store_s = perf_counter() - t0
+    gc.unfreeze()
+    rest = whole - parse_s - key_s - partition_s - encode_s - store_s
+    print(f"{n:,} records, batches of {batch:,}; the whole step as --worker runs it: "
+          f"{whole / n * 1e6:.2f} µs/record")
+    for name, secs in (("parse", parse_s), ("key", key_s), ("partition", partition_s),
+                       ("decide", rest), ("encode", encode_s), ("store", store_s)):
+        print(f"{name:9s} {secs / n * 1e6:6.2f} µs/record  {secs / whole:6.1%}")
+    return 0
+
+
+def _whole(sources: list[Source], dbs: list[DictStore], store: SessionStore, owner: Owner,
+           batch: int) -> float:
+    """Seconds of --worker's loop: every batch handled and stored, its writes applied."""
+    t0 = perf_counter()
+    for at in range(0, len(sources), batch):
+        for source in sources[at : at + batch]:
+            store.partition = source.partition
+            apply(store, owner.handle(source, store))
+        _write(store, dbs)
+    return perf_counter() - t0
+
+
+def _worker_path(path: str, limit: int | None
+                 ) -> tuple[list[Source], list[DictStore], SessionStore, Owner]:
+    """The input as the worker receives it, its partition stores, session store and owner."""
+    dbs = [DictStore() for _ in range(PARTITIONS)]
+    return (_sources(path, limit), dbs, SessionStore(dbs.__getitem__, DEFAULT_DEDUPE_WINDOW),
+            Owner(PARTITIONS, DEFAULT_DEDUPE_WINDOW, lambda: WRITTEN_AT))
+
+
+def _write(store: SessionStore, dbs: list[DictStore]) -> None:
+    """A batch's writes applied to the partition stores, as the worker does after its commit."""
+    for p, k, v in store.take_writes():
+        if v is None:
+            dbs[p].pop(k, None)
+        else:
+            dbs[p][k] = v
 
 
 def _sources(path: str, limit: int | None) -> list[Source]:

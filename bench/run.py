@@ -46,8 +46,8 @@ Added for issue 15: throughput.<worker key>.peak_rss_mb (at lag 0 of (c)) and
 .peak_rss_mb_after_latency (as the worker is stopped after (d)), peak_rss_mb (per mode);
 throughput.worker_two_processes (its input: records.two_processes),
 worker_two_processes_events_per_s and scaling_two_processes (c2 over c); core (the
-decide_speed figures) and core_us_per_record; targets: each issue-15 target with its figure
-and whether this run met it (judged on the first mode).
+decide_speed figures) and core_us_per_record; targets: each goal of issue 25 (which replaced
+issue 15's) with its figure and whether this run met it (judged on the first mode).
 Added for issue 24: partitions (the run's count); throughput.<worker key>.connections and
 .transactional_ids (at lag 0 of (c)); connections_per_process of (c2). A short run on more
 partitions, to set beside a default one:
@@ -293,8 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=200_000,
                         help="preloaded input of (a), (b) and of (c) in each mode")
     parser.add_argument("--rates", default="500,1000,2000,5000",
-                        help="input rates of (d) in the default (first) mode (issue 15's "
-                             "targets are at 1000 and 5000)")
+                        help="input rates of (d) in the default (first) mode (issue 25's "
+                             "goals are at 1000 and 5000)")
     parser.add_argument("--other-rates", default=None,
                         help="input rates of (d) in the other modes (default: --rates)")
     parser.add_argument("--rate-seconds", type=float, default=16.0)
