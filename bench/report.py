@@ -117,7 +117,7 @@ def _targets_line(r: dict) -> list[str]:
              + (f", {len(ts) - measured} not measured" if len(ts) > measured else "")]
     for t in ts.values():
         unit = "x" if t["unit"] == "x" else f" {t['unit']}"
-        figure = "" if t["value"] is None else f"{t['value']:.3g}{unit}"
+        figure = "" if t["value"] is None else f"{t['value']:.4g}{unit}"
         scale = f" [{t['scale']}]" if t.get("scale") else ""
         lines.append(f"    {verdicts[t['met']]:<13}{t['what']:<52}{figure:>14}   "
                      f"{_OP[t['op']]} {t['target']:g}{unit}{scale}")
@@ -210,7 +210,7 @@ def table(r: dict) -> str:
         rss = [f"{v:,.0f}" if v is not None else "?" for v in x2.get("peak_rss_mb_per_process")
                or ()]
         lines.append(f"    two processes / one (c), {x2['mode']}: "
-                     f"{sc.get('events_per_s', NAN):.2f}, target {_target(r, 'two_processes')} "
+                     f"{sc.get('events_per_s', NAN):.3f}, target {_target(r, 'two_processes')} "
                      f"(scaling ratio; to last output sent "
                      f"{sc.get('events_per_s_to_last_output', NAN):.2f}); start-up "
                      f"{x2['startup_s']:.2f}s; input partitions per process: "
