@@ -10,6 +10,8 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 from workers.settings import KafkaSettings
 
@@ -65,32 +67,38 @@ def committed_offsets(ks: KafkaSettings, group: str) -> OffsetsReader:
     # first batch waits for the committed offsets
     threading.Thread(target=warm_up, name="offsets-client", daemon=True).start()
 
+    def retrying(deadline: float, what: str, call: Callable[[int], Any]) -> Any:
+        """`call(ms left)` until it answers; a retriable error (the coordinator or a leader
+        moved or loads; a transaction ends) is asked again until the deadline."""
+        pause = 0.2
+        while True:
+            try:
+                return call(max(1000, int((deadline - time.monotonic()) * 1000)))
+            except KafkaError as exc:
+                if not getattr(exc, "retriable", False) or time.monotonic() > deadline:
+                    raise
+                log.warning("%s not readable yet (%s); retrying", what, type(exc).__name__)
+                time.sleep(pause)
+                pause = min(2.0, pause * 2)
+
     def ask(tps: list) -> dict:
-        deadline, pause = time.monotonic() + COMMITTED_OFFSETS_TIMEOUT_S, 0.2
-        found: dict = {}
-        for tp in tps:
-            while True:
-                left_ms = max(1000, int((deadline - time.monotonic()) * 1000))
-                try:
-                    found[tp] = connect().committed(TopicPartition(tp.topic, tp.partition),
-                                                    timeout_ms=left_ms)
-                    break
-                except KafkaError as exc:  # the coordinator moved or loads; a transaction ends
-                    if not getattr(exc, "retriable", False) or time.monotonic() > deadline:
-                        raise
-                    log.warning("committed offsets not readable yet (%s); retrying",
-                                type(exc).__name__)
-                    time.sleep(pause)
-                    pause = min(2.0, pause * 2)
-        return found
+        deadline = time.monotonic() + COMMITTED_OFFSETS_TIMEOUT_S
+        return {tp: retrying(deadline, "committed offsets", lambda ms, tp=tp: connect().committed(
+                    TopicPartition(tp.topic, tp.partition), timeout_ms=ms))
+                for tp in tps}
 
     def bounds(tps: list, earliest: bool) -> dict:
         mine = {TopicPartition(tp.topic, tp.partition): tp for tp in tps}
         spec = OffsetSpec.EARLIEST if earliest else OffsetSpec.LATEST
-        client_ = connect_admin()
-        with lock:  # one call at a time on the client
-            found = client_.list_partition_offsets(
-                dict.fromkeys(mine, spec), isolation_level=IsolationLevel.READ_COMMITTED)
+
+        def list_offsets(_ms: int) -> dict:
+            client_ = connect_admin()
+            with lock:  # one call at a time on the client
+                return client_.list_partition_offsets(
+                    dict.fromkeys(mine, spec), isolation_level=IsolationLevel.READ_COMMITTED)
+
+        found = retrying(time.monotonic() + COMMITTED_OFFSETS_TIMEOUT_S, "partition offsets",
+                         list_offsets)
         return {mine[tp]: info.offset for tp, info in found.items()}
 
     return OffsetsReader(ask, bounds)
