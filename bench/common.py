@@ -311,14 +311,15 @@ class WorkerProc(CliProcess):
     `peak_rss_mb()` reads the worker process's VmHWM; stop() reads it too, just before the
     SIGTERM (`peak_rss_mb_at_stop`). `connections()` counts its established connections to the
     broker. `unchained`: the worker writes no hash chain (bench/unchained/sitecustomize.py, the
-    bench's only switch for it), to measure the chain's cost."""
+    bench's only switch for it), to measure the chain's cost. `env`: more of its environment."""
 
     def __init__(self, prefix: str, app_id: str, state_dir: Path, log: Path,
-                 guarantee: str = GUARANTEES[0], unchained: bool = False) -> None:
+                 guarantee: str = GUARANTEES[0], unchained: bool = False,
+                 **env: str) -> None:
         if guarantee not in GUARANTEES:
             raise ValueError(f"processing guarantee {guarantee!r} is not one of {GUARANTEES}")
         self.guarantee = guarantee
-        extra = {} if not unchained else {"PYTHONPATH": os.pathsep.join(
+        extra = dict(env) if not unchained else {**env, "PYTHONPATH": os.pathsep.join(
             p for p in (str(ROOT / "bench" / "unchained"), os.environ.get("PYTHONPATH")) if p)}
         super().__init__(list(WORKER_ARGV[2:]), env_for(
             prefix, TRANSCRIPT_APP_ID=app_id, TRANSCRIPT_STATE_DIR=str(state_dir),

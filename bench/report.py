@@ -307,6 +307,14 @@ def table(r: dict) -> str:
                   f"    {core['us_per_record']:.2f} µs/record ({ph}) = "
                   f"{core['records_per_s']:,} records/s   target "
                   f"{_target(r, 'core_us_per_record')}"]
+    if (cap := r.get("capacity")) is not None:
+        lines += ["", "(h) `plan`'s figures for this workload (committed constants) beside what "
+                      "(c) left; this run's constants in capacity.constants:"]
+        for row in cap["predicted"]:
+            upto = f" (to {row['up_to']:,.0f})" if row["up_to"] != row["predicted"] else ""
+            lines.append(f"    {row['figure']:<34}{row['predicted']:>16,.0f} predicted"
+                         f"{row['measured']:>16,.0f} measured   x{row['ratio']:.3f}{upto}"
+                         f"   {'held' if row['held'] else 'NOT held'} (within 25%)")
     if r.get("targets") is not None or r.get("core") is not None:
         lines += [""] + _targets_line(r)
     if r.get("missing"):

@@ -34,6 +34,9 @@ partitioner the same:
       other, each worker on its own topics (the same input preloaded on each) so that neither
       sees the other's output; the first mode (exactly_once) on the prefix (a) and (b) read
   (e) recovery of the first mode: restart with local RocksDB state kept, and with it wiped
+  (h) the capacity model's constants (bench/capacity.py, `plan`): the input's mix through the
+      core, what (c) of the first mode left on the broker, (e)'s restore and checkpoint rates;
+      and the model's figures for this workload beside what (c) left (capacity.predicted)
 then `audit --strict` of all the first mode's worker wrote in (c) and (d), and (f) the SQLite
 sink (`sink sqlite --until-end`) over the same entries.
 Writes bench/results/latest.json and latest.png, and prints a table. The keys of earlier runs
@@ -75,7 +78,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import baselines, ceiling, report, worker_bench  # noqa: E402
+from bench import baselines, capacity, ceiling, report, worker_bench  # noqa: E402
 from bench.common import (  # noqa: E402
     BOOTSTRAP,
     GUARANTEES,
@@ -87,7 +90,9 @@ from bench.common import (  # noqa: E402
     set_partitions,
     topics_apply,
 )
-from workers.core.outputs import CONFIRMATIONS  # noqa: E402
+from workers.commands.plan import MEASURED  # noqa: E402
+from workers.core.capacity import Constants  # noqa: E402
+from workers.core.outputs import CONFIRMATIONS, changelog_topic  # noqa: E402
 from workers.synthetic import generate  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -380,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     log(f"bench run {run_id}: prefix {prefix!r}, modes {', '.join(modes)}, "
         f"{args.partitions} partitions, logs in {workdir}")
     worker: WorkerProc | None = None
+    drained: dict | None = None  # (h): what (c) left on the broker
     try:
         for m in modes:
             topics_apply(prefixes[m], app_ids[m])
@@ -397,6 +403,9 @@ def main(argv: list[str] | None = None) -> int:
         t = time.monotonic()
         records = list(generate(n, sessions_n=2000, seed=1))
         phase(f"generated {n:,} records in {time.monotonic() - t:.1f}s; preloading")
+        t = time.monotonic()
+        mixed = capacity.mix(records)
+        log(f"  (h) the input's mix through the core in {time.monotonic() - t:.1f}s: {mixed}")
         for m in modes:
             log(f"  preloaded for {m} in {preload(prefixes[m] + CONFIRMATIONS, records):.1f}s")
         for b in quix_runs:
@@ -471,6 +480,14 @@ def main(argv: list[str] | None = None) -> int:
                 phase(f"(c) worker, {m}: draining the preloaded input")
                 result["throughput"][worker_key(result, m)] = worker_bench.throughput(worker, mp)
                 log(f"  {result['throughput'][worker_key(result, m)]}")
+                if m == primary:
+                    try:
+                        drained = capacity.measure_drained(
+                            mp, changelog_topic(mp, app_ids[m], "sessions"), args.partitions)
+                        log(f"  (h) what the drain left: {drained['measured']}")
+                    except Exception as exc:
+                        result["missing"].append(f"capacity, the drain's bytes: {exc}")
+                        log(traceback.format_exc())
 
                 phase(f"(d) worker, {m}: end-to-end latency at fixed rates (worker keeps running)")
                 for i, rate in enumerate(mode_rates[m]):
@@ -553,6 +570,27 @@ def main(argv: list[str] | None = None) -> int:
                                                          args.recovery_sessions, log, primary)
         except Exception as exc:
             result["missing"].append(f"recovery: {exc}")
+            log(traceback.format_exc())
+
+        phase("(h) the capacity model's constants (bench/capacity.py), and its figures for "
+              "this workload beside what (c) measured")
+        try:
+            if drained is None:
+                raise RuntimeError("(c) measured nothing")
+            measured = capacity.constants(result, mixed, drained["sizes"],
+                                          workdir / "worker-recovery.log",
+                                          workdir / "worker-recovery-first.log")
+            result["capacity"] = {
+                "constants": measured, "mix": mixed, "sizes": drained["sizes"],
+                # the committed constants (workers/commands/plan.py), measured on an earlier run
+                "predicted": capacity.predict(MEASURED, 2000, n, args.partitions,
+                                              drained["measured"]),
+                "predicted_with_this_run": capacity.predict(
+                    Constants.from_dict(measured, "this run"), 2000, n, args.partitions,
+                    drained["measured"])}
+            log(f"  {result['capacity']['constants']}")
+        except Exception as exc:
+            result["missing"].append(f"capacity: {exc}")
             log(traceback.format_exc())
     finally:
         if worker is not None:

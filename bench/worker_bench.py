@@ -219,18 +219,22 @@ def recovery(prefix: str, workdir: Path, n: int, log,  # noqa: ANN001
     """State of `n` sessions, then restart times: local RocksDB kept, and state dir wiped."""
     preload(prefix + CONFIRMATIONS, list(generate(n, sessions_n=n, seed=11)))
     state = workdir / "state-recovery"
+    # the state is built with a checkpoint every second (the capacity model's checkpoint
+    # rate, bench/capacity.py, read from this log); the restarts below run without
+    first = WorkerProc(prefix, "bench-recovery", state, workdir / "worker-recovery-first.log",
+                       guarantee, TRANSCRIPT_CHECKPOINT_INTERVAL_S="1")
     worker = WorkerProc(prefix, "bench-recovery", state, workdir / "worker-recovery.log",
                         guarantee)
     lag = Lag(worker.group, prefix + CONFIRMATIONS)
     try:
-        worker.start()
+        first.start()
         t = time.time()
-        lag.wait_zero(500, alive=worker.alive)
+        lag.wait_zero(500, alive=first.alive)
         log(f"  recovery: {n} records over {n} sessions processed in {time.time() - t:.1f}s "
             f"(incl. start-up)")
     finally:
         lag.close()
-        worker.stop()
+        first.stop()
     out = {}
     for mode in ("local", "from_changelog"):
         if mode == "from_changelog":

@@ -38,6 +38,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "erase a session: tombstones, recorded in transcript.erasures"),
     "sink": ("workers.commands.sink",
              "materialise transcript.entries into a SQLite database, exactly once"),
+    "plan": ("workers.commands.plan",
+             "size a deployment: partitions, workers, state, restore and disk for a workload"),
 }
 
 

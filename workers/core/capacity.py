@@ -1,0 +1,222 @@
+"""The capacity model behind `transcript-owner plan`: a deployment's size from its workload.
+
+Pure: a `Workload` (what the operator expects), the `Constants` `make bench` measured (what one
+worker, one restore, one state key and one record cost), and the retentions of topics.yaml in,
+`Figure`s out. Each figure carries its formula and the constants it used, so an operator can
+check it by hand and see which measurement to redo when the machine changes.
+
+Every rate here is a mean over a day, times `peak_factor` where a peak matters (workers). The
+state a partition holds is its sessions' heads and the send_ids remembered within the dedupe
+window. The window runs on each session's own clock (DESIGN rule 3), so a session that falls
+silent keeps its last window's send_ids until it speaks again: the figures hold for sessions
+that keep their pace, and are a floor for a deployment of many silent ones. The changelog
+holds the same keys (compacted), and up to twice that before the log cleaner runs
+(min.cleanable.dirty.ratio 0.5, Kafka's default). Byte figures are uncompressed, as the bench
+measured them, per replica unless a figure says "all replicas".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+DAY_S = 86_400.0
+DIRTY_FACTOR = 2.0  # a compacted topic holds up to twice its live bytes before cleaning
+MIN_PARTITIONS = 8  # today's count (topics.yaml): fewer gains nothing and shrinks the way up
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the operator expects; every default is today's (topics.yaml, the worker's)."""
+
+    sessions: int
+    sends_per_session_day: float
+    dedupe_window_days: float = 7.0  # TRANSCRIPT_DEDUPE_WINDOW_DAYS
+    history_days: float = 365.0  # entries are compacted, never deleted: the disk after this long
+    replication_factor: int = 3  # production's (TRANSCRIPT_REPLICATION_FACTOR)
+    peak_factor: float = 4.0  # the busiest hour's rate over the day's mean
+    headroom: float = 0.5  # the share of a worker's measured drain its peak may use
+    restore_target_s: float = 30.0  # the longest a partition may take to restore from Kafka
+    worker_restore_target_s: float = 600.0  # the longest a worker on a new machine may take
+    checkpoint_keep: int = 9  # TRANSCRIPT_CHECKPOINT_KEEP
+    partitions: int | None = None  # None: the model chooses
+    workers: int | None = None  # None: the model chooses
+
+
+@dataclass(frozen=True)
+class Retentions:
+    """Days each delete-policy topic keeps (topics.yaml's retention.ms)."""
+
+    input_days: float = 7.0
+    control_days: float = 7.0
+    diagnostics_days: float = 30.0
+    dead_letters_days: float = 30.0
+
+
+@dataclass(frozen=True)
+class Constants:
+    """What `make bench` measured (bench/capacity.py), per input record of the bench's mix
+    (workers/synthetic.py) unless a name says otherwise."""
+
+    worker_records_per_s: float  # (c): one exactly-once worker process draining its input
+    restore_records_per_s: float  # (e): changelog records applied per second, one process
+    checkpoint_keys_per_s: float  # (e): state keys copied into a checkpoint per second
+    head_bytes: float  # a session head in the state store: key + value
+    seen_bytes: float  # a remembered send_id: key + value
+    seen_per_record: float  # send_ids remembered per input record
+    state_writes_per_record: float  # changelog records per input record, none coalesced
+    written_share: float  # entries per input record
+    diagnostic_share: float  # diagnostics per input record
+    dead_letter_share: float  # dead letters per input record
+    input_record_bytes: float  # on the broker, batch overhead included, per record
+    entry_record_bytes: float
+    diagnostic_record_bytes: float
+    dead_letter_record_bytes: float
+    changelog_record_bytes: float
+    source: str = "unknown"  # the run they come from
+
+    @classmethod
+    def from_dict(cls, raw: object, where: str) -> Constants:
+        """From JSON (a bench result's `capacity.constants`); errors name `where` and the field."""
+        if not isinstance(raw, dict):
+            raise ValueError(f"{where}: not an object of constants")
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            value = raw.get(f.name)
+            if f.name == "source":
+                values[f.name] = str(value) if value is not None else where
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) \
+                    or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{where}: field {f.name!r}: a finite number >= 0 is "
+                                 f"required, got {value!r}")
+            if f.name.endswith("_per_s") and value == 0:
+                raise ValueError(f"{where}: field {f.name!r}: must be > 0")
+            values[f.name] = float(value)
+        return cls(**values)  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Figure:
+    group: str  # "deployment", "per partition", "per day", "broker disk"
+    name: str
+    value: float
+    unit: str
+    formula: str
+    constants: tuple[str, ...] = ()  # names of the Constants fields it uses
+
+
+def plan(w: Workload, c: Constants, r: Retentions = Retentions()) -> list[Figure]:
+    """Every figure of a deployment for `w`, in the order `plan` prints them."""
+    out: list[Figure] = []
+
+    def add(group: str, name: str, value: float, unit: str, formula: str,
+            *constants: str) -> float:
+        out.append(Figure(group, name, value, unit, formula, constants))
+        return value
+
+    dep, part, day, disk = "deployment", "per partition", "per day", "broker disk"
+    records_day = w.sessions * w.sends_per_session_day
+    mean_s = records_day / DAY_S
+    peak_s = add(dep, "peak input", mean_s * w.peak_factor, "records/s",
+                 "sessions x sends_per_session_day / 86400 x peak_factor")
+    window_records = w.sends_per_session_day * w.dedupe_window_days
+    keys = w.sessions * (1 + c.seen_per_record * window_records)
+    state_bytes = w.sessions * (c.head_bytes + c.seen_bytes * c.seen_per_record
+                                * window_records)
+    if w.workers is not None:
+        workers, why = w.workers, "given (--workers)"
+    else:
+        by_peak = peak_s / (c.worker_records_per_s * w.headroom)
+        by_restore = keys / (c.restore_records_per_s * w.worker_restore_target_s)
+        workers = max(2, math.ceil(by_peak), math.ceil(by_restore))
+        why = ("max(2 (one may fail), peak input / (worker_records_per_s x headroom), state keys "
+               "/ (restore_records_per_s x worker_restore_target_s)), rounded up")
+    add(dep, "worker processes", workers, "", why, "worker_records_per_s",
+        "restore_records_per_s")
+    add(dep, "state keys", keys, "keys",
+        "sessions x (1 + seen_per_record x sends_per_session_day x dedupe_window_days)",
+        "seen_per_record")
+    add(dep, "state bytes", state_bytes, "bytes",
+        "sessions x (head_bytes + seen_bytes x seen_per_record x sends_per_session_day x "
+        "dedupe_window_days)", "head_bytes", "seen_bytes", "seen_per_record")
+    if w.partitions is not None:
+        partitions, why = w.partitions, "given (--partitions)"
+    else:
+        by_restore = keys / (c.restore_records_per_s * w.restore_target_s)
+        partitions = _power_of_two(max(MIN_PARTITIONS, 2 * workers, math.ceil(by_restore)))
+        why = ("the power of two >= max(8, 2 x workers, state keys / (restore_records_per_s x "
+               "restore_target_s))")
+    add(dep, "partitions", partitions, "", why, "restore_records_per_s")
+    add(dep, "partitions per worker", partitions / workers, "", "partitions / workers")
+    add(dep, "state bytes per worker", state_bytes / workers, "bytes",
+        "state bytes / workers (its RocksDB, before compression)")
+    add(dep, "a worker's restore", keys / c.restore_records_per_s / workers, "s",
+        "state keys / restore_records_per_s / workers (a new machine: no local state)",
+        "restore_records_per_s")
+
+    p_keys = add(part, "state keys", keys / partitions, "keys", "state keys / partitions")
+    p_bytes = add(part, "state bytes", state_bytes / partitions, "bytes",
+                  "state bytes / partitions")
+    changelog_live = p_keys * c.changelog_record_bytes
+    add(part, "changelog bytes", changelog_live, "bytes",
+        "state keys x changelog_record_bytes (cleaned; up to twice before the cleaner runs)",
+        "changelog_record_bytes")
+    add(part, "restore time", p_keys / c.restore_records_per_s, "s",
+        "state keys / restore_records_per_s (no local state; up to twice before the cleaner "
+        "runs)", "restore_records_per_s")
+    add(part, "checkpoint size", p_bytes, "bytes", "state bytes of the partition")
+    add(part, "checkpoint time", p_keys / c.checkpoint_keys_per_s, "s",
+        "state keys / checkpoint_keys_per_s", "checkpoint_keys_per_s")
+
+    add(day, "input records", records_day, "records", "sessions x sends_per_session_day")
+    input_day = add(day, "input bytes", records_day * c.input_record_bytes, "bytes",
+                    "input records x input_record_bytes", "input_record_bytes")
+    entries_day = add(day, "entry bytes",
+                      records_day * c.written_share * c.entry_record_bytes, "bytes",
+                      "input records x written_share x entry_record_bytes",
+                      "written_share", "entry_record_bytes")
+    diagnostics_day = add(day, "diagnostic bytes",
+                          records_day * c.diagnostic_share * c.diagnostic_record_bytes, "bytes",
+                          "input records x diagnostic_share x diagnostic_record_bytes",
+                          "diagnostic_share", "diagnostic_record_bytes")
+    dead_day = add(day, "dead-letter bytes",
+                   records_day * c.dead_letter_share * c.dead_letter_record_bytes, "bytes",
+                   "input records x dead_letter_share x dead_letter_record_bytes",
+                   "dead_letter_share", "dead_letter_record_bytes")
+    add(day, "changelog bytes written", records_day * c.state_writes_per_record
+        * c.changelog_record_bytes, "bytes",
+        "input records x state_writes_per_record x changelog_record_bytes",
+        "state_writes_per_record", "changelog_record_bytes")
+
+    rf = w.replication_factor
+    topics = (
+        ("delivery.confirmations", input_day * r.input_days,
+         f"input bytes x {r.input_days:g} days (retention)"),
+        ("transcript.entries", entries_day * w.history_days,
+         f"entry bytes x {w.history_days:g} days (history: compacted, never deleted)"),
+        ("transcript.diagnostics", diagnostics_day * r.diagnostics_days,
+         f"diagnostic bytes x {r.diagnostics_days:g} days (retention)"),
+        ("delivery.confirmations.dlq", dead_day * r.dead_letters_days,
+         f"dead-letter bytes x {r.dead_letters_days:g} days (retention)"),
+        ("sessions changelog", changelog_live * partitions * DIRTY_FACTOR,
+         "changelog bytes x partitions x 2 (uncleaned dirt, at most)"),
+        ("transcript.checkpoints", state_bytes * w.checkpoint_keep,
+         f"state bytes x {w.checkpoint_keep} (checkpoint slots)"),
+    )
+    total = 0.0
+    for name, size, formula in topics:
+        total += add(disk, name, size, "bytes", formula)
+    add(disk, "all topics, all replicas", total * rf, "bytes",
+        f"sum of the above x replication factor {rf}")
+    return out
+
+
+def _power_of_two(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+__all__ = ["Constants", "Figure", "Retentions", "Workload", "plan"]
