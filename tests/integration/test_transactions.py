@@ -21,7 +21,7 @@ from workers.settings import kafka_settings
 from workers.stream import clients, local_state
 from workers.stream.adapter import GroupMember
 from workers.stream.batch_send import send_all
-from workers.stream.clients import committed_offsets, producer_factory
+from workers.stream.clients import offsets_reader, producer_factory
 from workers.stream.transactions import BatchTransactions, Overtaken
 
 pytestmark = pytest.mark.kafka
@@ -202,7 +202,7 @@ def test_committed_offsets_wait_for_a_pending_transactional_offset_commit(env, t
         txns = BatchTransactions(producer_factory(ks, group), f"{group}-w1")
         await txns.start()
         await txns.commit([], {(source, 4): 5}, group)  # a group without members: plain id
-        committed = committed_offsets(ks, group)
+        committed = offsets_reader(ks, group)
         assert await committed([tp]) == {tp: 5}
         producer = txns.producer
         await producer.begin_transaction()
@@ -229,7 +229,7 @@ def test_the_offsets_reader_reads_first_and_last_stable_offsets(env, topics):
     tp = TopicPartition(entries, 2)
 
     async def scenario() -> None:
-        reader = committed_offsets(ks, group)
+        reader = offsets_reader(ks, group)
         assert await reader.earliest([tp]) == {tp: 0}
         assert await reader.ends([tp]) == {tp: 0}
         txns = BatchTransactions(producer_factory(ks, group), f"{group}-w1")

@@ -19,7 +19,7 @@ log = logging.getLogger("transcript_owner.worker")
 COMMITTED_OFFSETS_TIMEOUT_S = 120.0  # then the worker exits (70) and its supervisor restarts it
 
 
-def committed_offsets(ks: KafkaSettings, group: str) -> OffsetsReader:
+def offsets_reader(ks: KafkaSettings, group: str) -> OffsetsReader:
     """The group's committed offsets, and partitions' first and last stable offsets, asked of
     the cluster (once per rebalance, off the loop) on a connection of their own: faust's
     consumer has a fetch waiting on the broker most of the time, and a request sent behind it

@@ -18,7 +18,7 @@ from workers.settings import KafkaSettings
 from workers.stream import local_state
 from workers.stream.adapter import replace_table_rebalance
 from workers.stream.checkpoints import Checkpointer
-from workers.stream.clients import committed_offsets
+from workers.stream.clients import offsets_reader
 from workers.stream.processor import EXIT_FATAL
 from workers.stream.state_owner import StateOwner
 from workers.stream.transactions import BatchTransactions
@@ -42,7 +42,7 @@ def on_assigned(app, ks: KafkaSettings, transactions: BatchTransactions | None, 
     (Processor._starts) and input processed. A failure here exits (70): the next start does
     the same from the beginning; a store the changelog no longer matches is discarded and the
     worker exits 75, to restore it at the next start."""
-    stable = committed_offsets(ks, app.conf.id) if transactions is not None else None
+    stable = offsets_reader(ks, app.conf.id) if transactions is not None else None
     current: list = [None, None]  # the takeover in progress: its task, its superseded flag
 
     async def on_rebalance(assigned, revoked, newly_assigned, generation_id=0):  # noqa: ANN001, ANN202

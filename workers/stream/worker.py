@@ -50,7 +50,7 @@ from workers.stream.adapter import (
     prompt_table_manager,
 )
 from workers.stream.checkpoints import Checkpointer
-from workers.stream.clients import committed_offsets, producer_factory
+from workers.stream.clients import offsets_reader, producer_factory
 from workers.stream.ingest import Inbox, input_topic, read_committed, scheduler_for
 from workers.stream.processor import EXIT_FATAL, BatchClock, Processor
 from workers.stream.state_owner import StateOwner
@@ -169,7 +169,7 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
     processor = Processor(
         app, inbox, state, owner,
         {name: ks.topic(name) for name in (CONFIRMATIONS, ENTRIES, DIAGNOSTICS, DLQ, ERASURES)},
-        topic_partitions, committed_offsets(ks, app.conf.id), new_producer,
+        topic_partitions, offsets_reader(ks, app.conf.id), new_producer,
         clock, max_batch=ws.max_batch, linger_s=ws.linger_ms / 1000,
         transactions=transactions, member=member, batch_stop_s=ws.shutdown_timeout_s / 2,
         metrics=metrics, health=health,
