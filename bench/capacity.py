@@ -32,7 +32,7 @@ from workers.core.state import head_key, seen_key
 from workers.kafka_io import read
 from workers.stream.local_state import OWN_KEYS
 
-_RESTORED = re.compile(rb"(\d+) changelog records applied in ([0-9.]+)s")
+RESTORED = re.compile(rb"(\d+) changelog records applied in ([0-9.]+)s")
 _CHECKPOINTED = re.compile(rb"checkpoints of partitions .*?: (\d+) state keys, \d+ bytes, "
                            rb"built in ([0-9.]+)s")
 
@@ -66,21 +66,30 @@ def mix(records: Iterable[tuple[bytes | None, bytes]]) -> dict[str, float]:
     }
 
 
+def log_dir_bytes(names: list[str], bootstrap: str = BOOTSTRAP) -> dict[str, int]:
+    """Bytes each topic in `names` takes in the brokers' log dirs (DescribeLogDirs), all its
+    partitions and replicas."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="bench-capacity")
+    try:
+        sizes = dict.fromkeys(names, 0)
+        for broker in admin.describe_log_dirs():
+            for log_dir in broker["log_dirs"]:
+                for topic in log_dir["topics"]:
+                    if topic["name"] in sizes:
+                        sizes[topic["name"]] += sum(p["partition_size"]
+                                                    for p in topic["partitions"])
+        return sizes
+    finally:
+        admin.close()
+
+
 def topic_bytes(prefix: str, changelog: str) -> dict[str, dict[str, float]]:
     """Per topic of the deployment under `prefix`: bytes stored, offsets (records and
     transaction markers) and bytes per offset."""
     names = {"input": prefix + CONFIRMATIONS, "entry": prefix + ENTRIES,
              "diagnostic": prefix + DIAGNOSTICS, "dead_letter": prefix + DLQ,
              "changelog": changelog}
-    admin = KafkaAdminClient(bootstrap_servers=BOOTSTRAP, client_id="bench-capacity")
-    try:
-        sizes: Counter = Counter()
-        for broker in admin.describe_log_dirs():
-            for log_dir in broker["log_dirs"]:
-                for topic in log_dir["topics"]:
-                    sizes[topic["name"]] += sum(p["partition_size"] for p in topic["partitions"])
-    finally:
-        admin.close()
+    sizes = log_dir_bytes(list(names.values()))
     c = KafkaConsumer(bootstrap_servers=BOOTSTRAP, enable_auto_commit=False)
     try:
         out = {}
@@ -134,7 +143,7 @@ def from_log(path: Path, pattern: re.Pattern[bytes]) -> tuple[int, float]:
 
 def restored(path: Path) -> tuple[int, float]:
     """(records, seconds) of the last restore in a worker's log that applied any."""
-    runs = [(int(m.group(1)), float(m.group(2))) for m in _RESTORED.finditer(path.read_bytes())
+    runs = [(int(m.group(1)), float(m.group(2))) for m in RESTORED.finditer(path.read_bytes())
             if int(m.group(1))]
     if not runs:
         raise ValueError(f"{path}: no restore that applied changelog records")

@@ -15,14 +15,13 @@ model's worker rate is measured on 8 partitions (docs/performance.md, "Capacity"
 
 from __future__ import annotations
 
-import re
 import shutil
 import time
 from pathlib import Path
 
 import pytest
 
-from bench.capacity import predict
+from bench.capacity import RESTORED, log_dir_bytes, predict
 from tests.conftest import ROOT, cli
 from tests.faults.test_faults import audit, record
 from tests.integration.harness import WorkerProcess, group_of, poll_until, wait_drained
@@ -35,7 +34,6 @@ pytestmark = [pytest.mark.kafka, pytest.mark.faults]
 SESSIONS = 1_000_000
 RECORDS = 2_000_000
 PARTITIONS = 64
-RESTORED = re.compile(r"(\d+) changelog records applied in ([0-9.]+)s")
 
 
 def topics_file(tmp_path: Path, partitions: int) -> Path:
@@ -68,22 +66,6 @@ def stores(state: Path) -> tuple[int, int]:
     return keys, size
 
 
-def topic_bytes(bootstrap: str, names: list[str]) -> dict[str, int]:
-    from kafka.admin import KafkaAdminClient
-
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    try:
-        sizes = dict.fromkeys(names, 0)
-        for broker in admin.describe_log_dirs():
-            for log_dir in broker["log_dirs"]:
-                for t in log_dir["topics"]:
-                    if t["name"] in sizes:
-                        sizes[t["name"]] += sum(p["partition_size"] for p in t["partitions"])
-        return sizes
-    finally:
-        admin.close()
-
-
 def test_plan_against_a_million_sessions_on_64_partitions(env, tmp_path):
     began = time.monotonic()
     env = {**env, "TRANSCRIPT_PARTITIONS": str(PARTITIONS)}
@@ -104,13 +86,14 @@ def test_plan_against_a_million_sessions_on_64_partitions(env, tmp_path):
         assert first.stop() == 0, first.tail()
         keys, state_bytes = stores(tmp_path / "state-1")
         changelog = changelog_topic(prefix, "transcript-owner", "sessions")
-        sizes = topic_bytes(env["KAFKA_BOOTSTRAP"], [
-            prefix + CONFIRMATIONS, prefix + ENTRIES, prefix + DIAGNOSTICS, changelog])
+        sizes = log_dir_bytes([
+            prefix + CONFIRMATIONS, prefix + ENTRIES, prefix + DIAGNOSTICS, changelog],
+            env["KAFKA_BOOTSTRAP"])
 
         second = WorkerProcess(env, tmp_path / "state-2", tmp_path / "w2.log").start()
-        poll_until(lambda: RESTORED.search(second.log.read_text(errors="replace")) is not None,
+        poll_until(lambda: RESTORED.search(second.log.read_bytes()) is not None,
                    600, [second], "the restore from the changelog")
-        m = RESTORED.search(second.log.read_text(errors="replace"))
+        m = RESTORED.search(second.log.read_bytes())
         assert m is not None
         restored, restore_s = int(m.group(1)), float(m.group(2))
         assert second.stop() == 0, second.tail()
