@@ -60,7 +60,9 @@ export { TIMESTAMP_RANGE, timestampProblem } from "./timestamps.js";
 export {
   CONFIRMATIONS_TOPIC,
   ConfirmationPublisher,
+  DEFAULT_PARTITIONS_CHECK_MS,
   type Delivery,
+  nextPartitionCount,
   type PublisherOptions,
   publisherOptionsFromEnv,
   type Transaction,

@@ -12,13 +12,24 @@
  * `fn` published, or aborts it when `fn` throws (an aborted confirmation was never confirmed:
  * the worker, reading read_committed, gives it no outcome). `publish` outside `transaction`
  * then runs in a transaction of its own.
+ *
+ * Repartitioning: `transcript-owner repartition --partitions N` grows the input topic as its
+ * last step, and workers restart with TRANSCRIPT_PARTITIONS=N. A connected publisher notices
+ * without a restart: at the start of a publish call, at most once per `partitionsCheckMs` (5 s),
+ * it asks the topic's count (one Metadata request, on an admin client kept connected). A count
+ * that grew is adopted for that call and every later one, logged once at INFO; records
+ * published under the old count before then are re-keyed by the worker (slower, never lost). A
+ * count that shrank means the topic was recreated: every call throws PublishError, and nothing
+ * is sent, until the publisher connects again.
  */
 
 import { readFileSync } from "node:fs";
 import type { ConnectionOptions } from "node:tls";
 
-import {
+import kafkajs, {
+  type Admin,
   CompressionTypes,
+  type ICustomPartitioner,
   Kafka,
   logLevel as LogLevel,
   Partitioners,
@@ -33,6 +44,10 @@ import { partitionFor } from "./partitioning.js";
 import { type InputRecord, recordKey, validateRecord } from "./records.js";
 
 export const CONFIRMATIONS_TOPIC = "delivery.confirmations";
+/** How often, by default, a connected publisher looks at the topic's partition count. */
+export const DEFAULT_PARTITIONS_CHECK_MS = 5000;
+/** The shortest `partitionsCheckMs`: a Metadata request per 50 ms at most. */
+const MIN_PARTITIONS_CHECK_MS = 50;
 
 export interface PublisherOptions {
   /** `host:port` of the brokers (KAFKA_BOOTSTRAP). */
@@ -47,6 +62,12 @@ export interface PublisherOptions {
    * expect them. Omit to take the topic's count as it is.
    */
   partitions?: number;
+  /**
+   * How often, at most, a connected publisher looks for a changed partition count
+   * (TRANSCRIPT_PARTITIONS_CHECK_MS, 5000 by default, 50 at least): a repartition grows the
+   * topic while gateways publish. Looked at when a publish call starts, never by a timer.
+   */
+  partitionsCheckMs?: number;
   clientId?: string;
   /** TLS: `true` (the system's CAs) or Node's tls options (`ca`, `cert`, `key`, …). */
   ssl?: boolean | ConnectionOptions;
@@ -96,7 +117,8 @@ const SASL_MECHANISMS: Record<string, "plain" | "scram-sha-256" | "scram-sha-512
  * Options from the environment variables the worker reads (docs/configuration.md):
  * KAFKA_BOOTSTRAP, TRANSCRIPT_TOPIC_PREFIX, TRANSCRIPT_PARTITIONS, KAFKA_SECURITY_PROTOCOL,
  * KAFKA_SASL_MECHANISM, KAFKA_SASL_USERNAME, KAFKA_SASL_PASSWORD, KAFKA_SSL_CAFILE,
- * KAFKA_SSL_CERTFILE, KAFKA_SSL_KEYFILE. Throws ConnectorError naming the variable.
+ * KAFKA_SSL_CERTFILE, KAFKA_SSL_KEYFILE; and the connector's own TRANSCRIPT_PARTITIONS_CHECK_MS.
+ * Throws ConnectorError naming the variable.
  */
 export function publisherOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): PublisherOptions {
   const get = (name: string): string | undefined => {
@@ -119,6 +141,15 @@ export function publisherOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): P
     );
   }
   const options: PublisherOptions = { brokers, partitions };
+  const checkText = get("TRANSCRIPT_PARTITIONS_CHECK_MS");
+  if (checkText !== undefined) {
+    if (!/^\d+$/.test(checkText) || Number(checkText) < MIN_PARTITIONS_CHECK_MS) {
+      throw new ConnectorError(
+        `TRANSCRIPT_PARTITIONS_CHECK_MS: expected an integer of at least ${MIN_PARTITIONS_CHECK_MS} (ms), got ${JSON.stringify(checkText)}`,
+      );
+    }
+    options.partitionsCheckMs = Number(checkText);
+  }
   const prefix = env.TRANSCRIPT_TOPIC_PREFIX;
   if (prefix) options.topicPrefix = prefix;
   const tlsFiles = ["KAFKA_SSL_CAFILE", "KAFKA_SSL_CERTFILE", "KAFKA_SSL_KEYFILE"].filter((n) => get(n));
@@ -162,6 +193,46 @@ export function publisherOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): P
   return options;
 }
 
+/**
+ * The partition count to publish with when the topic shows `seen` partitions to a publisher
+ * using `current`. More: a repartition grew it (Kafka topics only grow), adopt it. Fewer: the
+ * topic was deleted and created again, and a record's home under either count may be wrong, so
+ * PublishError until the publisher connects again.
+ */
+export function nextPartitionCount(topic: string, current: number, seen: number): number {
+  if (seen < current) {
+    throw new PublishError(
+      `topic ${topic} now has ${seen} partitions, this publisher connected with ${current}: ` +
+        `the topic was recreated; connect again (TRANSCRIPT_PARTITIONS=${seen}, or unset to take the topic's count)`,
+    );
+  }
+  return seen;
+}
+
+// kafkajs exports its errors by a spread Node's ES module loader does not see (so: the default
+// export); its types declare no argument, the constructor takes the message (KafkaJSError's)
+const MetadataNotLoaded = kafkajs.KafkaJSMetadataNotLoaded as unknown as new (message: string) => Error;
+
+/**
+ * kafkajs's DefaultPartitioner (it keeps the partition each message names: partitionFor's),
+ * refusing a partition the producer's own metadata does not list yet. kafkajs would drop such
+ * a message without an error (its produce request names only the partitions it knows), and a
+ * grown topic can reach the publisher's admin client before the producer's metadata; the
+ * refusal is the error kafkajs answers with a metadata refresh and a retry.
+ */
+const knownPartitionsOnly: ICustomPartitioner = () => {
+  const partitioner = Partitioners.DefaultPartitioner();
+  return (args) => {
+    const partition = partitioner(args);
+    if (partition >= args.partitionMetadata.length) { // a topic's partitions are 0..n-1
+      throw new MetadataNotLoaded(
+        `the producer's metadata does not list partition ${partition} of ${args.topic} yet (${args.partitionMetadata.length} partitions): refreshing`,
+      );
+    }
+    return partition;
+  };
+};
+
 const COMPRESSION = { none: CompressionTypes.None, gzip: CompressionTypes.GZIP } as const;
 
 const LOG_LEVELS = {
@@ -176,8 +247,12 @@ export class ConfirmationPublisher {
   readonly topic: string;
   private readonly kafka: Kafka;
   private readonly options: PublisherOptions;
+  private readonly checkMs: number;
   private producer: Producer | undefined;
+  private admin: Admin | undefined; // kept connected: the partition count is asked on it
   private partitionCount: number | undefined;
+  private checkedAt = 0; // performance.now() of the last look at the topic's count
+  private checking: Promise<number> | undefined; // the look in flight, shared by concurrent calls
   private queue: Promise<unknown> = Promise.resolve(); // one transaction at a time
 
   /** A publisher configured from the worker's environment variables (publisherOptionsFromEnv). */
@@ -190,6 +265,11 @@ export class ConfirmationPublisher {
     if (options.compression !== undefined && !Object.hasOwn(COMPRESSION, options.compression)) {
       throw new ConnectorError(`compression: expected "none" or "gzip", got ${JSON.stringify(options.compression)}`);
     }
+    const checkMs = options.partitionsCheckMs ?? DEFAULT_PARTITIONS_CHECK_MS;
+    if (!Number.isInteger(checkMs) || checkMs < MIN_PARTITIONS_CHECK_MS) {
+      throw new ConnectorError(`partitionsCheckMs: expected an integer of at least ${MIN_PARTITIONS_CHECK_MS}, got ${checkMs}`);
+    }
+    this.checkMs = checkMs;
     this.options = options;
     this.topic = options.topic ?? `${options.topicPrefix ?? ""}${CONFIRMATIONS_TOPIC}`;
     this.kafka = new Kafka({
@@ -202,6 +282,15 @@ export class ConfirmationPublisher {
       ...(options.retry !== undefined ? { retry: options.retry } : {}),
       logLevel: LOG_LEVELS[options.logLevel ?? "warn"],
     });
+  }
+
+  /**
+   * The input topic's partition count records are published with (known once connected; a
+   * repartition grows it while connected). Throws PublishError before `connect`.
+   */
+  get partitions(): number {
+    if (this.partitionCount === undefined) throw new PublishError("not connected: call connect() first");
+    return this.partitionCount;
   }
 
   /** Whether `transaction` is available (a transactionalId was given). */
@@ -228,32 +317,38 @@ export class ConfirmationPublisher {
       const expected = this.options.partitions;
       if (expected !== undefined && count !== expected) {
         throw new PublishError(
-          `topic ${this.topic} has ${count} partitions, the worker expects ${expected} (TRANSCRIPT_PARTITIONS)`,
+          `topic ${this.topic} has ${count} partitions, the worker expects ${expected} (TRANSCRIPT_PARTITIONS): ` +
+            `if the deployment was repartitioned (transcript-owner repartition), set TRANSCRIPT_PARTITIONS=${count}, ` +
+            "or unset it to take the topic's count",
         );
       }
       this.partitionCount = count;
     } catch (e) {
-      throw e instanceof PublishError ? e : new PublishError(`cannot connect: ${(e as Error).message}`, { cause: e });
-    } finally {
       await admin.disconnect().catch(() => undefined);
+      throw e instanceof PublishError ? e : new PublishError(`cannot connect: ${(e as Error).message}`, { cause: e });
     }
     const producer = this.kafka.producer({
+      // the producer's view of the partitions catches up with the admin's at least this often
+      metadataMaxAge: this.checkMs,
       idempotent: true,
       maxInFlightRequests: 1,
       // kafkajs gives the producer the client's retry options: an idempotent producer retries
       // a send until it is acknowledged (deliveryTimeoutMs bounds how long publish waits)
       retry: { ...this.options.retry, retries: Number.MAX_SAFE_INTEGER },
       allowAutoTopicCreation: false,
-      createPartitioner: Partitioners.DefaultPartitioner,
+      createPartitioner: knownPartitionsOnly,
       ...(this.options.transactionalId !== undefined ? { transactionalId: this.options.transactionalId } : {}),
       ...(this.options.transactionTimeoutMs !== undefined ? { transactionTimeout: this.options.transactionTimeoutMs } : {}),
     });
     try {
       await producer.connect();
     } catch (e) {
+      await admin.disconnect().catch(() => undefined);
       throw new PublishError(`cannot connect: ${(e as Error).message}`, { cause: e });
     }
     this.producer = producer;
+    this.admin = admin;
+    this.checkedAt = performance.now();
   }
 
   /** Publishes one record; resolves when the broker acknowledged it (in a transaction: committed). */
@@ -313,7 +408,10 @@ export class ConfirmationPublisher {
   /** Disconnects (waiting for requests in flight). Safe to call twice. */
   async close(): Promise<void> {
     const producer = this.producer;
+    const admin = this.admin;
     this.producer = undefined;
+    this.admin = undefined;
+    if (admin) await admin.disconnect().catch(() => undefined);
     if (producer) await producer.disconnect();
   }
 
@@ -324,11 +422,46 @@ export class ConfirmationPublisher {
     return this.producer;
   }
 
+  /**
+   * The partition count this publish call uses: the topic's, asked at most once per
+   * partitionsCheckMs (concurrent calls share one request). A refusal is asked again on the
+   * next call: it lasts until a reconnect.
+   */
+  private async countNow(): Promise<number> {
+    if (performance.now() - this.checkedAt < this.checkMs) return this.partitionCount!;
+    this.checking ??= this.askCount().finally(() => {
+      this.checking = undefined;
+    });
+    return this.checking;
+  }
+
+  private async askCount(): Promise<number> {
+    const admin = this.admin;
+    if (!admin) throw new PublishError("not connected: call connect() first"); // closed meanwhile
+    let seen: number;
+    try {
+      const meta = await admin.fetchTopicMetadata({ topics: [this.topic] });
+      seen = meta.topics[0]?.partitions.length ?? 0;
+    } catch (e) {
+      throw new PublishError(`not published: cannot read the partition count of ${this.topic}: ${(e as Error).message}`, { cause: e });
+    }
+    const current = this.partitionCount!;
+    const count = nextPartitionCount(this.topic, current, seen);
+    this.checkedAt = performance.now();
+    if (count !== current) {
+      this.partitionCount = count;
+      this.kafka.logger().namespace("ConfirmationPublisher").info(
+        `topic ${this.topic} grew from ${current} to ${count} partitions (transcript-owner repartition): publishing with ${count}`,
+      );
+    }
+    return count;
+  }
+
   private async send(
     records: readonly InputRecord[],
     send: (batch: Parameters<Producer["send"]>[0]) => Promise<RecordMetadata[]>,
   ): Promise<Delivery[]> {
-    const n = this.partitionCount!;
+    const n = await this.countNow(); // before any send: a refusal sends nothing
     const messages = records.map((record) => {
       validateRecord(record);
       const key = recordKey(record);

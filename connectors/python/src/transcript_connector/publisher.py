@@ -16,13 +16,24 @@ publisher.transaction() as tx` commits what `tx` published, or aborts it when th
 (an aborted confirmation was never confirmed: the worker reads read_committed and gives it no
 outcome). `publish` outside a transaction then runs in a transaction of its own. A second
 publisher with the same id fences the first: its next call raises PublishError, for good.
+
+Repartitioning: `transcript-owner repartition --partitions N` grows the input topic as its last
+step, and workers restart with TRANSCRIPT_PARTITIONS=N. A connected publisher notices without a
+restart: at the start of a publish call, at most once per `partitions_check_ms` (5 s), it reads
+the topic's count from its producer's metadata (refreshed as often: a local read, no request of
+its own). A count that grew is adopted for that call and every later one, logged once at INFO;
+records published under the old count before then are re-keyed by the worker (slower, never
+lost). A count that shrank means the topic was recreated: every call raises PublishError, and
+nothing is sent, until the publisher connects again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import ssl
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, suppress
@@ -49,6 +60,8 @@ from transcript_connector.partitioning import partition_for
 
 CONFIRMATIONS_TOPIC = "delivery.confirmations"
 DEFAULT_PARTITIONS = 8  # the worker's TRANSCRIPT_PARTITIONS default (workers/settings.py)
+# how often a connected publisher looks at the topic's partition count (a repartition grows it)
+DEFAULT_PARTITIONS_CHECK_MS = 5000
 # the topic takes 2 MiB records (topics.yaml): a record the worker accepts (1 MiB) plus its key
 # and the batch's overhead always fits one request
 MAX_REQUEST_BYTES = 2 << 20
@@ -56,6 +69,8 @@ MAX_REQUEST_BYTES = 2 << 20
 Compression = Literal["gzip", "snappy", "lz4", "zstd"]
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+log = logging.getLogger(__name__)
 
 # environment variable -> option: the worker's names (workers/settings.py ENV, WORKER_ENV)
 ENV = {
@@ -70,6 +85,10 @@ ENV = {
     "KAFKA_SSL_CERTFILE": "ssl_certfile",
     "KAFKA_SSL_KEYFILE": "ssl_keyfile",
 }
+# the connector's own variables (no worker reads them) -> option
+CONNECTOR_ENV = {
+    "TRANSCRIPT_PARTITIONS_CHECK_MS": "partitions_check_ms",
+}
 
 T = TypeVar("T")
 
@@ -77,7 +96,9 @@ T = TypeVar("T")
 class PublisherOptions(BaseModel):
     """How to reach the worker's input topic. `partitions`: the count the worker runs with;
     `connect` refuses a topic with another (records would land where the worker does not look);
-    None takes the topic's count as it is. `transactional_id`: one per publisher process."""
+    None takes the topic's count as it is. `partitions_check_ms`: how often, at most, a
+    connected publisher looks for a changed count (a repartition grows the topic).
+    `transactional_id`: one per publisher process."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -85,6 +106,8 @@ class PublisherOptions(BaseModel):
     topic_prefix: str = Field(default="", pattern=r"^[A-Za-z0-9._-]*$")
     topic: str | None = None  # the input topic's full name, when not <prefix>delivery.confirmations
     partitions: int | None = Field(default=DEFAULT_PARTITIONS, ge=1, le=10_000)
+    # also the producer's metadata_max_age_ms: no faster than a metadata request per 50 ms
+    partitions_check_ms: int = Field(default=DEFAULT_PARTITIONS_CHECK_MS, ge=50)
     client_id: str = "transcript-owner-connector"
     security_protocol: SecurityProtocol = "PLAINTEXT"
     sasl_mechanism: SaslMechanism = "PLAIN"
@@ -178,8 +201,10 @@ def _no_password() -> bytes:
 def publisher_options_from_env(environ: Mapping[str, str], **overrides: Any) -> PublisherOptions:
     """Options from the worker's variables (docs/configuration.md): KAFKA_BOOTSTRAP,
     TRANSCRIPT_TOPIC_PREFIX, TRANSCRIPT_PARTITIONS, KAFKA_SECURITY_PROTOCOL, KAFKA_SASL_*,
-    KAFKA_SSL_*; empty counts as unset. ConnectorError names the variable (never its value)."""
-    values: dict[str, Any] = {f: environ[v].strip() for v, f in ENV.items() if environ.get(v, "")}
+    KAFKA_SSL_*, and TRANSCRIPT_PARTITIONS_CHECK_MS; empty counts as unset. ConnectorError names
+    the variable (never its value)."""
+    names = {**ENV, **CONNECTOR_ENV}
+    values: dict[str, Any] = {f: environ[v].strip() for v, f in names.items() if environ.get(v, "")}
     if "sasl_mechanism" in values:
         values["sasl_mechanism"] = values["sasl_mechanism"].upper()
     if "security_protocol" in values:
@@ -187,10 +212,23 @@ def publisher_options_from_env(environ: Mapping[str, str], **overrides: Any) -> 
     try:
         return PublisherOptions(**{**values, **overrides})
     except ValidationError as exc:
-        var = {f: v for v, f in ENV.items()}
+        var = {f: v for v, f in names.items()}
         problems = [f"{var.get(str(e['loc'][0]), e['loc'][0])}: {e['msg']}"
                     for e in exc.errors(include_input=False, include_url=False)]
         raise ConnectorError("invalid environment: " + "; ".join(problems)) from None
+
+
+def next_partition_count(topic: str, current: int, seen: int) -> int:
+    """The count to publish with when the topic shows `seen` partitions to a publisher using
+    `current`. More: a repartition grew it (Kafka topics only grow), adopt it. Fewer: the topic
+    was deleted and created again, and a record's home under either count may be wrong, so
+    PublishError until the publisher connects again."""
+    if seen < current:
+        raise PublishError(
+            f"topic {topic} now has {seen} partitions, this publisher connected with {current}: "
+            f"the topic was recreated; connect again (TRANSCRIPT_PARTITIONS={seen}, or unset to "
+            "take the topic's count)")
+    return seen
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +269,7 @@ class ConfirmationPublisher:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transcript-pub")
         self._producer: KafkaProducer | None = None
         self._partitions: int | None = None
+        self._checked_at = 0.0  # time.monotonic() of the last look at the topic's count
         self._one_transaction = asyncio.Lock()
         self._in_transaction: asyncio.Task[Any] | None = None  # the task whose transaction is open
 
@@ -245,7 +284,8 @@ class ConfirmationPublisher:
 
     @property
     def partitions(self) -> int:
-        """The input topic's partition count (known once connected)."""
+        """The input topic's partition count records are published with (known once
+        connected; a repartition grows it while connected)."""
         if self._partitions is None:
             raise PublishError("not connected: call connect() first")
         return self._partitions
@@ -273,6 +313,7 @@ class ConfirmationPublisher:
         await self._call("cannot connect", self._check_sasl, kwargs)
         self._partitions = await self._call("cannot connect", self._check_topic, kwargs)
         self._producer = await self._call("cannot connect", self._start_producer, kwargs)
+        self._checked_at = time.monotonic()
 
     async def publish(self, record: BuiltRecord) -> Delivery:
         """Publishes one record; returns when the broker acknowledged it (in a transaction of
@@ -411,8 +452,11 @@ class ConfirmationPublisher:
             admin.close()
         expected = self.options.partitions
         if expected is not None and count != expected:
-            raise PublishError(f"topic {self.topic} has {count} partitions, the worker expects "
-                               f"{expected} (TRANSCRIPT_PARTITIONS)")
+            raise PublishError(
+                f"topic {self.topic} has {count} partitions, the worker expects {expected} "
+                f"(TRANSCRIPT_PARTITIONS): if the deployment was repartitioned (transcript-owner "
+                f"repartition), set TRANSCRIPT_PARTITIONS={count}, or unset it to take the "
+                "topic's count")
         return count
 
     def _start_producer(self, kwargs: dict[str, Any]) -> KafkaProducer:
@@ -428,6 +472,8 @@ class ConfirmationPublisher:
             delivery_timeout_ms=o.delivery_timeout_ms,
             compression_type=o.compression,
             max_request_size=MAX_REQUEST_BYTES,
+            # the partition count `_count_now` reads: at most this old
+            metadata_max_age_ms=o.partitions_check_ms,
         )
         if o.transactional_id is not None:
             try:
@@ -436,6 +482,23 @@ class ConfirmationPublisher:
                 producer.close(timeout=0)
                 raise
         return producer
+
+    def _count_now(self, producer: KafkaProducer) -> int:
+        """The partition count this publish call uses: the topic's, from the producer's own
+        metadata (a local read: kafka-python refreshes it every partitions_check_ms, and its
+        send accepts exactly the partitions it lists), looked at once per partitions_check_ms
+        at most. A refusal is looked at again on the next call: it lasts until a reconnect."""
+        current = self.partitions
+        now = time.monotonic()
+        if now - self._checked_at < self.options.partitions_check_ms / 1000:
+            return current
+        count = next_partition_count(self.topic, current, len(producer.partitions_for(self.topic)))
+        self._checked_at = now
+        if count != current:
+            log.info("topic %s grew from %d to %d partitions (transcript-owner repartition): "
+                     "publishing with %d", self.topic, current, count, count)
+            self._partitions = count
+        return count
 
     # --- the asyncio side ------------------------------------------------------------------
 
@@ -465,7 +528,7 @@ class ConfirmationPublisher:
 
     async def _send(self, records: Sequence[BuiltRecord]) -> list[Delivery]:
         """Sends each record to its home partition, in order; awaits every acknowledgement."""
-        producer, n = self._connected(), self.partitions
+        producer = self._connected()
         for record in records:
             if not isinstance(record, BuiltRecord):
                 raise TypeError("publish takes records made by build_confirmation, build_reset "
@@ -473,6 +536,7 @@ class ConfirmationPublisher:
         loop = asyncio.get_running_loop()
 
         def send_all() -> list[asyncio.Future[Delivery]]:
+            n = self._count_now(producer)  # before any send: a refusal sends nothing
             acks: list[asyncio.Future[Delivery]] = []
             try:
                 for r in records:
@@ -548,9 +612,11 @@ def _retrieve(ack: asyncio.Future[Delivery]) -> None:
 __all__ = [
     "CONFIRMATIONS_TOPIC",
     "DEFAULT_PARTITIONS",
+    "DEFAULT_PARTITIONS_CHECK_MS",
     "ConfirmationPublisher",
     "Delivery",
     "PublisherOptions",
     "Transaction",
+    "next_partition_count",
     "publisher_options_from_env",
 ]

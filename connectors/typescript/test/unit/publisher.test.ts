@@ -9,6 +9,7 @@ import {
   ConfirmationPublisher,
   ConnectorError,
   buildReset,
+  nextPartitionCount,
   PublishError,
   publisherOptionsFromEnv,
 } from "@transcript-owner/connector";
@@ -32,6 +33,16 @@ describe("publisherOptionsFromEnv", () => {
     assert.deepEqual(o.sasl, { mechanism: "scram-sha-512", username: "connector", password: "pw" });
     assert.equal(String((o.ssl as { ca: Buffer }).ca), "CA");
   });
+  test("the partition check's interval", () => {
+    assert.equal(publisherOptionsFromEnv({ TRANSCRIPT_PARTITIONS_CHECK_MS: "250" }).partitionsCheckMs, 250);
+    for (const bad of ["0", "49", "5s", "-1"]) {
+      assert.throws(() => publisherOptionsFromEnv({ TRANSCRIPT_PARTITIONS_CHECK_MS: bad }),
+        (e: unknown) => e instanceof ConnectorError && /^TRANSCRIPT_PARTITIONS_CHECK_MS: expected an integer of at least 50/.test((e as Error).message));
+    }
+    for (const partitionsCheckMs of [0, 49, 1.5, Number.NaN]) {
+      assert.throws(() => new ConfirmationPublisher({ brokers: ["127.0.0.1:1"], partitionsCheckMs }), /^ConnectorError: partitionsCheckMs: /);
+    }
+  });
   test("SSL without files trusts the system's CAs", () => {
     assert.equal(publisherOptionsFromEnv({ KAFKA_SECURITY_PROTOCOL: "ssl" }).ssl, true);
   });
@@ -53,11 +64,28 @@ describe("publisherOptionsFromEnv", () => {
   });
 });
 
+describe("nextPartitionCount: the count a connected publisher goes on with", () => {
+  const topic = "t.delivery.confirmations";
+  test("the same count, or a grown one (transcript-owner repartition): the topic's", () => {
+    for (const [current, seen] of [[2, 2], [2, 4], [8, 16], [8, 9], [1, 10_000]] as const) {
+      assert.equal(nextPartitionCount(topic, current, seen), seen);
+    }
+  });
+  test("fewer: the topic was recreated, PublishError", () => {
+    for (const [current, seen] of [[4, 2], [16, 8], [2, 1]] as const) {
+      assert.throws(() => nextPartitionCount(topic, current, seen), (e: unknown) => e instanceof PublishError && (e as Error).message ===
+        `topic ${topic} now has ${seen} partitions, this publisher connected with ${current}: the topic was recreated; ` +
+        `connect again (TRANSCRIPT_PARTITIONS=${seen}, or unset to take the topic's count)`);
+    }
+  });
+});
+
 describe("ConfirmationPublisher misuse", () => {
   const reset = buildReset({ session_key: "agent:ops:main", reset_at: "2026-05-01T12:00:00Z" });
   test("publishing before connect()", async () => {
     const p = new ConfirmationPublisher({ brokers: ["127.0.0.1:1"] });
     await assert.rejects(p.publish(reset), (e: unknown) => e instanceof PublishError && /not connected/.test((e as Error).message));
+    assert.throws(() => p.partitions, /not connected/);
     await p.close();
   });
   test("a transaction without a transactionalId", async () => {
