@@ -95,6 +95,25 @@ def test_a_record_off_its_home_is_forwarded_unchanged(lines: list[bytes]) -> Non
             assert step.sends == [OutRecord(CONFIRMATIONS, src.key, line, partition, headers)]
 
 
+def test_a_forwarded_erase_keeps_its_control_offset_when_rekeyed() -> None:
+    """After a repartition an erase forwarded under the old count is re-keyed to the
+    session's new partition, where its ticket went with the state: the ticket's offset goes
+    with it; any other header does not."""
+    owner = Owner(PARTITIONS, DEFAULT_DEDUPE_WINDOW, lambda: WRITTEN_AT)
+    key = "agent:main:telegram:direct:42"
+    line = dumps({"schema": "session-erase/1", "session_key": key,
+                  "erased_at": "2026-01-01T00:00:00Z", "reason": "r"})
+    off = (home(key) + 1) % PARTITIONS
+    src = Source(CONFIRMATIONS, off, 9, key.encode(), line,
+                 (("control.offset", b"17"), ("other", b"x")))
+    state = MemoryState()
+    state.partition_cutover = 0  # this partition admits no erase without its ticket
+    step = owner.handle(src, state)
+    assert step.outcome == "rekeyed"
+    assert step.sends == [OutRecord(CONFIRMATIONS, key.encode(), line, home(key), (
+        ("rekeyed.from", f"{off}:9".encode()), ("control.offset", b"17")))]
+
+
 def test_without_partitions_nothing_is_rekeyed() -> None:
     """replay's Owner: a file has no partitions, so every record is decided where it is."""
     owner = Owner(None, DEFAULT_DEDUPE_WINDOW, lambda: WRITTEN_AT)

@@ -104,6 +104,11 @@ class Owner:
         spend = None
         if record.schema_ == ERASE:  # the trust boundary: workers/core/control.py
             at = control_offset(source.headers)
+            if partitions is not None and at is not None and at >= 0 and \
+                    source.partition != (home := partition_for(key, partitions)):
+                # forwarded under an earlier partition count (a repartition): its ticket went
+                # with the session's state, so it is admitted there
+                return Step("rekeyed", [rekey(source, key, home)], key)
             held = view.ticket(key, at) if at is not None and at >= 0 else None
             admitted = admit_erase(source.offset, value, at, held, view.cutover())
             if not isinstance(admitted, Admit):
@@ -185,11 +190,15 @@ def _erased_at(record: SessionErase, at: datetime) -> SessionErase:
 
 
 def rekey(source: Source, key: str, partition: int) -> OutRecord:
-    """Forward a record to the partition its canonical key owns; it is decided there."""
+    """Forward a record to the partition its canonical key owns; it is decided there. An
+    erase keeps its control offset (the ticket it is admitted by, held by the session): one
+    forwarded before a repartition and decided after it is re-keyed to the session's new
+    partition, where its state went."""
+    kept = tuple(h for h in source.headers or () if h[0] == CONTROL_OFFSET_HEADER)
     return OutRecord(
         CONFIRMATIONS,
         key.encode(),
         source.value,
         partition,
-        (("rekeyed.from", f"{source.partition}:{source.offset}".encode()),),
+        (("rekeyed.from", f"{source.partition}:{source.offset}".encode()), *kept),
     )
