@@ -22,7 +22,8 @@ CONNECTOR_STAMP := $(CONNECTOR_VENV)/.installed
 help:
 	@echo "make run        venv + local Kafka + topics + the worker in the foreground"
 	@echo "make test       the same set-up, then the whole suite against the real broker"
-	@echo "make faults     only the fault suite (kill -9, restarts, rebalances; minutes): var/faults/"
+	@echo "make faults     only the fault suite (kill -9, restarts, rebalances, and the \`scale\`"
+	@echo "                measurements make test leaves out; minutes): var/faults/"
 	@echo "make demo       publish a scenario covering every rule; print transcripts (beside make run)"
 	@echo "make bench      throughput and latency beside raw Kafka (aiokafka, librdkafka), faust and Quix"
 	@echo "make image      the OCI image (buildah, Debian base by mmdebstrap): localhost/transcript-owner"
@@ -143,7 +144,7 @@ test-unit: install
 
 test: install kafka-up prometheus-tool kcat-tool kafka-up-secure connector connector-python
 	$(CONNECTOR_VENV)/bin/python -m pytest -q connectors/python/tests
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not scale"
 
 faults: install kafka-up
 	$(PY) -m pytest -q -m faults tests/faults

@@ -40,6 +40,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
              "materialise transcript.entries into a SQLite database, exactly once"),
     "plan": ("workers.commands.plan",
              "size a deployment: partitions, workers, state, restore and disk for a workload"),
+    "repartition": ("workers.commands.repartition",
+                    "move the deployment to more partitions (workers stopped; nothing lost)"),
 }
 
 

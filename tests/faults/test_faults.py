@@ -68,16 +68,18 @@ class Feeder(threading.Thread):
     The producer retries through a broker restart (delivery timeout 180 s)."""
 
     def __init__(self, ks: KafkaSettings, seed: int, *, rate: float = FEED_RATE,
-                 records: int = RECORDS, open_ended: bool = False) -> None:
+                 records: int = RECORDS, open_ended: bool = False, **producer_options) -> None:
         super().__init__(daemon=True)
         self.ks, self.seed, self.rate, self.records = ks, seed, rate, records
+        self.producer_options = producer_options
         self.open_ended, self.errors, self.sent = open_ended, [], 0
         self.enough = threading.Event()  # finish(): an open-ended feed may stop
         self.abandon = threading.Event()  # teardown: stop now, whatever was sent
         self.start()
 
     def run(self) -> None:
-        p = producer(self.ks, linger_ms=20, batch_size=512 * 1024, delivery_timeout_ms=180_000)
+        p = producer(self.ks, **{"linger_ms": 20, "batch_size": 512 * 1024,
+                                 "delivery_timeout_ms": 180_000, **self.producer_options})
         topic, t0 = self.ks.topic(CONFIRMATIONS), time.monotonic()
         most = 20 * self.records if self.open_ended else self.records
         try:

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.kafka
 
 NAMES = ["delivery.confirmations", "transcript.entries", "transcript.diagnostics",
          "delivery.confirmations.dlq", "transcript.erasures", "transcript-owner-sessions-changelog",
-         "transcript.checkpoints", "transcript.control", "transcript-owner-__assignor-__leader"]
+         "transcript.checkpoints", "transcript.control", "transcript-owner-__assignor-__leader",
+         "transcript.layout"]
 CHANGELOG = "transcript-owner-sessions-changelog"
 
 
@@ -43,7 +44,7 @@ def test_apply_creates_all_topics_then_changes_nothing(env, admin, cleanup):
     prefix = env["TRANSCRIPT_TOPIC_PREFIX"]
     topics = {t["name"]: t for t in admin.describe_topics([prefix + n for n in NAMES])}
     assert {n: len(t["partitions"]) for n, t in topics.items()} == {
-        prefix + n: 1 if n.endswith("__leader") else 8 for n in NAMES}
+        prefix + n: 1 if n.endswith(("__leader", ".layout")) else 8 for n in NAMES}
     changelog = admin.describe_configs([ConfigResource(
         ConfigResourceType.TOPIC, prefix + CHANGELOG)])["topic"][prefix + CHANGELOG]
     assert {k: changelog[k]["value"] for k in ("cleanup.policy", "retention.ms")} == {

@@ -129,7 +129,8 @@ def run_audit(monkeypatch, entries: list[tuple[bytes, bytes | None]], erasures: 
     monkeypatch.setattr("workers.kafka_io.read", read)
     report = audit.Report()
     owner = Owner(partitions=8, dedupe_window=timedelta(days=7), clock=lambda: ERASED_AT)
-    audit.audit_partition(ks, owner, 0, report, since, Progress(0, False), checkpoint, erasures)
+    audit.audit_partition(ks, audit.single(owner, 0, checkpoint), report, since,
+                          Progress(0, False), checkpoint, erasures)
     return report
 
 

@@ -212,3 +212,51 @@ def test_extreme_workloads_give_finite_figures(env: dict[str, str], args: list[s
     assert done.returncode == 0, done.stderr
     for f in json.loads(done.stdout)["figures"]:
         assert math.isfinite(f["value"]) and f["value"] >= 0, f
+
+
+def _doc_rows(path: Path, header: str) -> dict[str, list[str]]:
+    """The rows of the table under `header` in a markdown file: name -> its cells."""
+    lines = path.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows: dict[str, list[str]] = {}
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0].strip("*")] = cells[1:]
+    return rows
+
+
+SIZES = [(10_000, 20), (1_000_000, 20), (20_000_000, 30)]
+HEADER = "| `plan --sessions … --sends-per-session-day …` |"
+
+
+def test_the_documented_sizes_are_what_plan_prints() -> None:
+    """docs/capacity.md's three sizes and README's lines of them: plan's own output, so a
+    change of the model or of its constants cannot leave them behind."""
+    from workers.commands.plan import human
+
+    kept, _ = retentions(ROOT / "topics.yaml")
+    out = []
+    for sessions, sends in SIZES:
+        figs = plan(Workload(sessions=sessions, sends_per_session_day=sends), MEASURED, kept)
+        out.append({f"{f.group}: {f.name}": re.sub(r" records/s$| keys$| records$",
+                                                     lambda m: "/s" if "/" in m[0] else "",
+                                                     human(f.value, f.unit))
+                    for f in figs})
+    docs = _doc_rows(ROOT / "docs/capacity.md", HEADER)
+    assert len(docs) == len(out[0])
+    for name, cells in docs.items():
+        assert cells == [o[name] for o in out], name
+    readme = _doc_rows(ROOT / "README.md", HEADER)
+    pairs = {"peak input": ["deployment: peak input"],
+             "worker processes / partitions": ["deployment: worker processes",
+                                               "deployment: partitions"],
+             "state bytes (deployment)": ["deployment: state bytes"],
+             "a partition's restore / a worker's": ["per partition: restore time",
+                                                    "deployment: a worker's restore"],
+             "input bytes a day": ["per day: input bytes"],
+             "broker disk, all topics and replicas": ["broker disk: all topics, all replicas"]}
+    assert set(readme) == set(pairs)
+    for name, cells in readme.items():
+        assert cells == [" / ".join(o[n] for n in pairs[name]) for o in out], name

@@ -34,6 +34,7 @@ def observed_from(specs, **changes):
 
 CHANGELOG = "transcript-owner-sessions-changelog"
 LEADER = "transcript-owner-__assignor-__leader"
+LAYOUT = "transcript.layout"
 
 
 def test_repo_topics_file_declares_every_topic_the_worker_uses():
@@ -41,7 +42,7 @@ def test_repo_topics_file_declares_every_topic_the_worker_uses():
     assert set(specs) == {
         "delivery.confirmations", "transcript.entries", "transcript.diagnostics",
         "delivery.confirmations.dlq", CHANGELOG, LEADER, "transcript.checkpoints",
-        "transcript.erasures", "transcript.control",
+        "transcript.erasures", "transcript.control", LAYOUT,
     }
     # the operator's erasures: read with the input partition of their number, replayed by audit
     control = specs["transcript.control"].config_map
@@ -50,8 +51,11 @@ def test_repo_topics_file_declares_every_topic_the_worker_uses():
     assert specs["transcript.checkpoints"].partitions == specs["delivery.confirmations"].partitions
     assert specs["transcript.entries"].config_map["cleanup.policy"] == "compact"
     assert specs["delivery.confirmations"].config_map["retention.ms"] == str(7 * 86400 * 1000)
-    assert all(s.partitions == 8 for n, s in specs.items() if n != LEADER)
+    assert all(s.partitions == 8 for n, s in specs.items() if n not in (LEADER, LAYOUT))
     assert specs[LEADER].partitions == 1
+    # the moves `repartition` made: one partition, so that its records are in one order
+    assert specs[LAYOUT].partitions == 1
+    assert specs[LAYOUT].config_map["cleanup.policy"] == "compact"
     # every record the worker writes may be up to 2 MiB (a diagnostic carries a session key)
     for name in ("transcript.entries", "transcript.diagnostics", "delivery.confirmations.dlq",
                  CHANGELOG):

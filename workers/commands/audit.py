@@ -64,6 +64,7 @@ from workers.core.checkpoint_format import (
     text_member,
     whole_member,
 )
+from workers.core.layout import LAYOUT, Layout, decode_layout, family, segments
 from workers.core.outputs import (
     CONFIRMATIONS,
     CONTROL,
@@ -252,17 +253,52 @@ def _time_member(doc: dict, name: str) -> datetime:
     return at
 
 
-def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Report,
+@dataclass(frozen=True)
+class Replay:
+    """What one unit of the audit replays, in order: `inputs` and `controls` are (owner,
+    partition, start, end) ranges (None: its start or end), each decided by its owner (the
+    partition count of its epoch); `partitions`: whose entries and diagnostics it compares.
+    A partition alone, or after a repartition the family of an old one (workers/core/layout)."""
+
+    partitions: list[int]
+    inputs: list[tuple[Owner, int, int | None, int | None]]
+    controls: list[tuple[Owner, int, int | None, int | None]]
+
+
+def single(owner: Owner, partition: int, checkpoint: Checkpoint | None) -> Replay:
+    start = None if checkpoint is None else checkpoint.input_offset
+    return Replay([partition], [(owner, partition, start, None)],
+                  [(owner, partition, None, None)])
+
+
+def family_replay(layout: Layout, root: int, ends: dict[int, int], control_ends: dict[int, int],
+                  owner_for: Callable[[int], Owner]) -> Replay:
+    """The family of old partition `root`, epoch by epoch: every range decided under the
+    first count, then the second, …; within an epoch a session is in one partition."""
+    parts = family(layout, root)
+    inputs: list[tuple[Owner, int, int | None, int | None]] = []
+    controls: list[tuple[Owner, int, int | None, int | None]] = []
+    for out, control, topic_ends in ((inputs, False, ends), (controls, True, control_ends)):
+        ranges = [(count, p, start, end) for p in parts
+                  for count, start, end in segments(layout, p, topic_ends.get(p, 0),
+                                                    layout.moves[-1].new, control)]
+        out.extend((owner_for(count), p, start, end) for count, p, start, end in
+                   sorted(ranges, key=lambda r: (layout.counts(0).index(r[0]), r[1])))
+    return Replay(parts, inputs, controls)
+
+
+def audit_partition(ks: KafkaSettings, replay: Replay, report: Report,
                     since: datetime | None, bar: Progress,
                     checkpoint: Checkpoint | None = None,
                     erasures: dict[str, list[dict]] | None = None,
                     cutovers: dict[int, int | str] | None = None,
                     heads: dict[str, Any] | None = None) -> set[tuple[int, int]]:
-    """Compare one partition; return the (partition, offset) pairs of the input that must be
-    dead letters (transcript.control's: `report.control_dead`). `erasures`:
-    transcript.erasures, session key -> its records oldest first (for sessions a checkpoint
-    holds as erased); `cutovers`: the input partitions' erase cut-overs (audit_control);
-    `heads`: the state's head of each session of the partition (audit_chain.state_heads)."""
+    """Compare one partition (or family, `replay`); return the (partition, offset) pairs of
+    the input that must be dead letters (transcript.control's: `report.control_dead`).
+    `erasures`: transcript.erasures, session key -> its records oldest first (for sessions a
+    checkpoint holds as erased); `cutovers`: the input partitions' erase cut-overs
+    (audit_control); `heads`: the state's head of each session of the partition
+    (audit_chain.state_heads)."""
     from workers.kafka_io import read
 
     # past input retention: from a checkpoint, with its state (workers/commands/audit_start.py)
@@ -280,46 +316,33 @@ def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Rep
     erased_keys: set[bytes] = set()  # entry keys an erasure tombstoned
     erased_through: dict[str, set[int]] = {}  # session -> the through_seq of each erasure
     source_topic = ks.topic(CONFIRMATIONS)
-    # erasures, as the worker decided them (workers/commands/audit_control.py): the partition's
-    # cut-over, and the tickets of transcript.control's erases, for their forwarded copies
-    cut = (cutovers or {}).get(partition)
-    if isinstance(cut, str):
-        report.find("malformed", cut)
-        cut = None
-    state.partition_cutover = cut
-    n, control_dead, outcomes = audit_control.replay_control(ks, owner, partition, state)
-    report.input_records += n
-    report.outcomes.update(outcomes)
-    report.control_dead |= control_dead
+    # erasures, as the worker decided them (workers/commands/audit_control.py): each input
+    # partition's cut-over, and the tickets of transcript.control's erases, for their
+    # forwarded copies
+    cuts: dict[int, int | None] = {}
+    for p in replay.partitions:
+        cut = (cutovers or {}).get(p)
+        if isinstance(cut, str):
+            report.find("malformed", cut)
+            cut = None
+        cuts[p] = cut
+    for owner, p, start, end in replay.controls:
+        state.partition_cutover = cuts.get(p)
+        n, control_dead, outcomes = audit_control.replay_control(ks, owner, p, state, start, end)
+        report.input_records += n
+        report.outcomes.update(outcomes)
+        report.control_dead |= control_dead
     wall = datetime.now(UTC)
     wall_s = wall.timestamp()
 
-    for r in read(ks, source_topic, partitions=[partition],
-                  start=None if checkpoint is None else {partition: checkpoint.input_offset}):
-        report.input_records += 1
-        bar.update(report.input_records)
-        # the worker's clock for the record: its broker timestamp, as the worker read it
-        step = owner.handle(Source(source_topic, partition, r.offset, r.key, r.value or b"",
-                                   tuple(r.headers or ())), state,
-                            record_clock(r.timestamp / 1000, wall, wall_s))
-        report.outcomes[step.outcome] += 1
-        apply(state, step)
-        for out in step.sends:
-            if out.topic == ENTRIES and out.value is None:  # erased: a tombstone is expected
-                expected.pop(out.key, None)
-                erased_keys.add(out.key)
-            elif out.topic == ENTRIES:
-                entry = json.loads(out.value)
-                expected[out.key] = (_digest(entry), datetime.fromisoformat(entry["delivered_at"]))
-            elif out.topic == DIAGNOSTICS:
-                diags[_diag_id(json.loads(out.value))] += 1
-            elif out.topic == DLQ:
-                dead.add((partition, r.offset))
-            elif out.topic == ERASURES:
-                erasure = json.loads(out.value)
-                report.erasures[out.key] = out.value
-                erased_through.setdefault(erasure["session_key"], set()).add(
-                    erasure["through_seq"])
+    for owner, partition, start, end in replay.inputs:
+        state.partition_cutover = cuts.get(partition)
+        for r in read(ks, source_topic, partitions=[partition],
+                      start=None if start is None else {partition: start}):
+            if end is not None and r.offset >= end:
+                continue
+            _replay_one(report, bar, owner, state, source_topic, partition, r, wall, wall_s,
+                        expected, diags, dead, erased_keys, erased_through)
     if since is not None:
         expected = {k: v for k, v in expected.items() if v[1] >= since}
     report.expected_entries += len(expected)
@@ -333,7 +356,7 @@ def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Rep
     hidden: set[bytes] = set()  # live entries delivered before --since: not compared
     last_seq: dict[str, int] = {}
     entries_topic = ks.topic(ENTRIES)
-    for r in read(ks, entries_topic, partitions=[partition]):
+    for r in read(ks, entries_topic, partitions=replay.partitions):
         key = r.key
         if r.value is None:  # tombstone: the entry is gone
             seen[key] = None
@@ -386,9 +409,9 @@ def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Rep
 
     diagnostics_topic = ks.topic(DIAGNOSTICS)
     actual_diags: Counter = Counter()
-    for r in read(ks, diagnostics_topic, partitions=[partition],
+    for r in read(ks, diagnostics_topic, partitions=replay.partitions,
                   start=None if checkpoint is None or checkpoint.diagnostics_offset is None
-                  else {partition: checkpoint.diagnostics_offset}):
+                  else {replay.partitions[0]: checkpoint.diagnostics_offset}):
         if r.value is not None and (d := report.decoded(diagnostics_topic, r,
                                                           diagnostic_of)) is not None:
             actual_diags[d] += 1
@@ -401,6 +424,84 @@ def audit_partition(ks: KafkaSettings, owner: Owner, partition: int, report: Rep
         for d in sorted(set(actual_diags) - set(diags)):  # older ones end is not known
             report.find("diagnostics_unexpected", d)
     return dead
+
+
+def _replay_one(report: Report, bar: Progress, owner: Owner, state: MemoryState, topic: str,
+                partition: int, r: Any, wall: datetime, wall_s: float,
+                expected: dict[bytes, tuple[bytes, datetime]], diags: Counter,
+                dead: set[tuple[int, int]], erased_keys: set[bytes],
+                erased_through: dict[str, set[int]]) -> None:
+    """One input record through the worker's step; what it says the worker wrote, noted."""
+    report.input_records += 1
+    bar.update(report.input_records)
+    # the worker's clock for the record: its broker timestamp, as the worker read it
+    step = owner.handle(Source(topic, partition, r.offset, r.key, r.value or b"",
+                               tuple(r.headers or ())), state,
+                        record_clock(r.timestamp / 1000, wall, wall_s))
+    report.outcomes[step.outcome] += 1
+    apply(state, step)
+    for out in step.sends:
+        if out.topic == ENTRIES and out.value is None:  # erased: a tombstone is expected
+            expected.pop(out.key, None)
+            erased_keys.add(out.key)
+        elif out.topic == ENTRIES:
+            entry = json.loads(out.value)
+            expected[out.key] = (_digest(entry), datetime.fromisoformat(entry["delivered_at"]))
+        elif out.topic == DIAGNOSTICS:
+            diags[_diag_id(json.loads(out.value))] += 1
+        elif out.topic == DLQ:
+            dead.add((partition, r.offset))
+        elif out.topic == ERASURES:
+            erasure = json.loads(out.value)
+            report.erasures[out.key] = out.value
+            erased_through.setdefault(erasure["session_key"], set()).add(erasure["through_seq"])
+
+
+def read_layout(ks: KafkaSettings) -> Layout | str:
+    """The repartitions made (transcript.layout), or why the audit cannot run."""
+    from workers.kafka_io import end_offsets, read
+
+    topic = ks.topic(LAYOUT)
+    if not end_offsets(ks, topic):
+        return Layout()
+    layout = decode_layout((r.key, r.value) for r in read(ks, topic))
+    if isinstance(layout, str):
+        return f"{topic}: {layout}"
+    if (move := layout.pending) is not None:
+        return (f"the repartition {move.old} -> {move.new} is not done: complete it "
+                f"(`transcript-owner repartition --partitions {move.new}`), then audit")
+    return layout
+
+
+def replays(ks: KafkaSettings, layout: Layout, owner: Owner,
+            checkpoints: dict[int, Checkpoint | None], report: Report
+            ) -> list[tuple[Replay, Checkpoint | None]]:
+    """The units of the audit: each partition with its checkpoint; after a repartition, each
+    family from its first record (one starting past input retention is `unaudited`)."""
+    from workers.kafka_io import end_offsets
+
+    if not layout.moves:
+        return [(single(owner, p, checkpoints[p]), checkpoints[p]) for p in sorted(checkpoints)]
+    ends = end_offsets(ks, ks.topic(CONFIRMATIONS))
+    control_ends = end_offsets(ks, ks.topic(CONTROL))
+    owners: dict[int, Owner] = {}
+
+    def owner_for(count: int) -> Owner:
+        if count not in owners:
+            owners[count] = Owner(partitions=count, dedupe_window=owner.dedupe_window,
+                                  clock=owner.clock, control=owner.control)
+        return owners[count]
+
+    out: list[tuple[Replay, Checkpoint | None]] = []
+    for root in range(layout.moves[0].old):
+        parts = family(layout, root)
+        if any(p not in checkpoints or checkpoints[p] is not None for p in parts):
+            report.find("unaudited", f"{ks.topic(CONFIRMATIONS)} partitions {parts}: older "
+                                     "records deleted since a repartition (a family is replayed "
+                                     "from its first record): not audited")
+            continue
+        out.append((family_replay(layout, root, ends, control_ends, owner_for), None))
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -440,11 +541,22 @@ def run(args: argparse.Namespace) -> int:
         state = audit_control.changelog_records(
             ks, changelog, lambda k: k == CUTOVER_KEY or k.startswith(audit_chain.HEAD_KEYS))
         cuts = audit_control.cutovers(changelog, state)
-        for p in sorted(checkpoints):
-            report.partitions += 1
-            heads = audit_chain.state_heads((k, v) for q, _, k, v in state if q == p) \
-                if state is not None else None
-            dead |= audit_partition(ks, owner, p, report, since, bar, checkpoints[p], history,
+        layout = read_layout(ks)
+        if isinstance(layout, str):
+            print(f"error: {layout}", file=sys.stderr)
+            return 2
+        units = replays(ks, layout, owner, checkpoints, report)
+        audited = {p for replay, _ in units for p in replay.partitions}
+        for p in set(ends) - audited:
+            first[p] = ends[p]  # not audited (reported): nor are its dead letters
+        for replay, checkpoint in units:
+            report.partitions += len(replay.partitions)
+            mine = set(replay.partitions)  # a session moved: its head's tombstone, then copy
+            heads = audit_chain.state_heads(
+                (k, v) for q, _, k, v in sorted((r for r in state if r[0] in mine),
+                                                key=lambda r: (r[0], r[1]))
+            ) if state is not None else None
+            dead |= audit_partition(ks, replay, report, since, bar, checkpoint, history,
                                     cuts, heads)
         actual_dead = set()
         actual_control_dead = set()
@@ -457,7 +569,7 @@ def run(args: argparse.Namespace) -> int:
             if topic == ks.topic(CONFIRMATIONS):
                 if at[1] >= first.get(at[0], 0):  # older: its input is gone (checkpoints)
                     actual_dead.add(at)
-            elif topic == control and at[0] in checkpoints:  # (of an audited partition)
+            elif topic == control and at[0] in audited:  # (of an audited partition)
                 actual_control_dead.add(at)
         for p, o in sorted(dead - actual_dead):
             report.find("dead_letters_missing", f"partition {p} offset {o}")

@@ -52,10 +52,12 @@ def cutovers(changelog: str, records: Iterable[tuple[int, int, bytes, bytes | No
     return out
 
 
-def replay_control(ks: KafkaSettings, owner: Owner, partition: int,
-                   state: MemoryState) -> tuple[int, set[tuple[int, int]], Any]:
-    """Replay partition `partition` of transcript.control into `state` (its tickets): the
-    records read, the offsets that must be dead letters, and the outcomes."""
+def replay_control(ks: KafkaSettings, owner: Owner, partition: int, state: MemoryState,
+                   start: int | None = None, end: int | None = None
+                   ) -> tuple[int, set[tuple[int, int]], Any]:
+    """Replay partition `partition` of transcript.control (offsets `start` to `end`, None: its
+    first or last) into `state` (its tickets): the records read, the offsets that must be dead
+    letters, and the outcomes."""
     from collections import Counter
 
     from workers.kafka_io import end_offsets, read
@@ -68,7 +70,10 @@ def replay_control(ks: KafkaSettings, owner: Owner, partition: int,
     wall = datetime.now(UTC)
     wall_s = wall.timestamp()
     n = 0
-    for r in read(ks, topic, partitions=[partition]):
+    for r in read(ks, topic, partitions=[partition],
+                  start=None if start is None else {partition: start}):
+        if end is not None and r.offset >= end:
+            continue
         n += 1
         step = owner.handle(Source(topic, partition, r.offset, r.key, r.value or b"",
                                    tuple(r.headers or ())), state,

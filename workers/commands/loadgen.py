@@ -46,7 +46,9 @@ def run(args: argparse.Namespace) -> int:
     from workers.kafka_io import producer
 
     topic = ks.topic(CONFIRMATIONS)
-    p = producer(ks, linger_ms=20, batch_size=256 * 1024, compression_type=None)
+    # metadata every 5 s: a repartition's new count is followed soon (the default is 5 min)
+    p = producer(ks, linger_ms=20, batch_size=256 * 1024, compression_type=None,
+                 metadata_max_age_ms=5000)
     bar = Progress(args.count, sys.stderr.isatty() if args.progress is None else args.progress)
     t0 = time.monotonic()
     for i, (key, value) in enumerate(

@@ -1,0 +1,389 @@
+"""`transcript-owner repartition --partitions N`: move a deployment from P to N partitions.
+
+Made of Kafka's own tools, with the workers stopped (the group empty) and the connectors still
+publishing; each step can be run again, so a kill -9 at any point is completed by a rerun:
+
+1. begin   the group's committed offsets of every input and transcript.control partition are
+           recorded in transcript.layout (`move/P-N`): below them P decided, from them on N
+           does (workers/core/layout.py). Refused while transcript.control holds an erase not
+           yet forwarded, and while the group has members.
+2. grow    the changelog, transcript.entries, transcript.checkpoints and transcript.diagnostics
+           get N partitions (CreatePartitions). The input keeps P, so a worker started now
+           refuses: its TRANSCRIPT_PARTITIONS matches neither the input nor the changelog.
+3. move    per old partition p, one transaction: the state keys of the sessions whose new
+           partition is not p are copied there and tombstoned in p (the changelog is the state:
+           a restore applies both); every live record of entries partition p (its last record
+           per key, tombstones too) is copied, in offset order, to its session's partition
+           under N, p included; and the marker `move/P-N/p` with p's old end offset. A rerun
+           skips a partition with its marker; an aborted transaction left nothing.
+4. trim    the entries' old records go: DeleteRecords below each marker's offset (refused on a
+           compact-only topic, so cleanup.policy is compact,delete meanwhile; retention stays
+           infinite). Readers find every entry of a session, old and new, in its new partition.
+5. open    the input and transcript.control get N partitions, last: connectors follow the new
+           count (they re-check it while publishing), records still keyed for an old partition
+           are re-keyed by the worker. `move/P-N` is marked done.
+
+Then workers start with TRANSCRIPT_PARTITIONS=N, and topics.yaml declares N. The pause (the
+workers' stop to their start) is this command's time plus the operator's: printed per step.
+Records published under P after the workers stopped are decided under N: a session that moved
+gets them after any record published to its new partition meanwhile (seqs stay contiguous).
+Exit 0 moved (or already moved), 2 cannot (the reason, what to do).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from workers.core.checkpoint_format import CHECKPOINTS
+from workers.core.errors import OwnerError
+from workers.core.layout import (
+    LAYOUT,
+    Layout,
+    Move,
+    check_move,
+    decode_layout,
+    encode_move,
+    encode_moved,
+    entry_home,
+    move_key,
+    moved_key,
+    split_state,
+)
+from workers.core.outputs import (
+    CONFIRMATIONS,
+    CONTROL,
+    DIAGNOSTICS,
+    ENTRIES,
+    SESSIONS,
+    changelog_topic,
+)
+from workers.settings import KafkaSettings, kafka_settings, worker_settings
+
+TRANSACTION_TIMEOUT_MS = 600_000  # one old partition's copy; the broker's maximum is 15 min
+
+
+class MoveRefused(OwnerError):
+    """The move cannot be made now (exit 2): what is wrong and what to do."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--partitions", type=int, required=True, metavar="N",
+                        help="the new partition count: a multiple of today's")
+    parser.add_argument("--wait-empty", type=float, default=60.0, metavar="SECONDS",
+                        help="wait this long for the workers' group to have no member "
+                             "(static members leave after their session timeout; default 60)")
+
+
+def run(args: argparse.Namespace) -> int:
+    ks, ws = kafka_settings(), worker_settings()
+    from kafka.errors import KafkaError
+
+    try:
+        Mover(ks, ks.topic_prefix + ws.app_id,
+              changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS), say).run(
+                  args.partitions, args.wait_empty)
+    except MoveRefused as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KafkaError as exc:
+        print(f"error: {type(exc).__name__}: {exc} (nothing is lost: run the command again)",
+              file=sys.stderr)
+        return 2
+    return 0
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+class Mover:
+    """The five steps against one cluster; `say` prints what is done."""
+
+    def __init__(self, ks: KafkaSettings, group: str, changelog: str,
+                 say: Callable[[str], None]) -> None:
+        from kafka.admin import KafkaAdminClient
+
+        self.ks, self.group, self.say = ks, group, say
+        self.input, self.control = ks.topic(CONFIRMATIONS), ks.topic(CONTROL)
+        self.entries, self.layout_topic = ks.topic(ENTRIES), ks.topic(LAYOUT)
+        self.changelog = changelog
+        self.inner = [changelog, self.entries, ks.topic(CHECKPOINTS), ks.topic(DIAGNOSTICS)]
+        self.admin = KafkaAdminClient(**ks.kafka_python_kwargs(), request_timeout_ms=60_000,
+                                      client_id="transcript-owner-repartition")
+        self.times: dict[str, float] = {}
+
+    def run(self, new: int, wait_empty: float) -> None:
+        began = time.monotonic()
+        try:
+            counts = self._counts()
+            layout = self._layout()
+            move = layout.pending
+            if move is not None and move.new != new:
+                raise MoveRefused(f"the move {move.old} -> {move.new} partitions is not done: "
+                                  f"run `repartition --partitions {move.new}` to complete it")
+            old = move.old if move is not None else counts[self.input]
+            if move is None and old == new and layout.moves:
+                self.say(f"already moved: {self.input} has {new} partitions")
+                return
+            if move is None and (why := check_move(old, new)):
+                raise MoveRefused(why)
+            if move is None and (odd := [t for t in self.inner if counts[t] != old]):
+                raise MoveRefused(f"topic {odd[0]} has {counts[odd[0]]} partitions, "
+                                  f"{self.input} {old}: `topics check` shows the drift")
+            if counts[self.input] < new:  # else opened already: a rerun after step 5
+                self._group_empty(wait_empty)
+                t = time.monotonic()
+                move = self._begin(move, old, new, counts)
+                self._step("begin", t)
+                t = time.monotonic()
+                self._grow(self.inner, new, counts)
+                self._step("grow", t)
+                t = time.monotonic()
+                move = self._move_partitions(move)
+                self._step("move", t)
+            elif move is None or len(move.moved) != move.old:
+                raise MoveRefused(f"{self.input} has {counts[self.input]} partitions but "
+                                  f"{self.layout_topic} holds no complete move to {new}: "
+                                  "the topic was grown by another tool; it cannot be moved")
+            assert move is not None
+            t = time.monotonic()
+            self._trim(move)
+            self._step("trim", t)
+            t = time.monotonic()
+            self._grow([self.input, self.control], new, counts)
+            done = Move(move.old, move.new, move.input_offsets, move.control_offsets,
+                        move.begun_at, _now())
+            self._write({move_key(old, new): encode_move(done)})
+            self._step("open", t)
+        finally:
+            self.admin.close()
+        steps = ", ".join(f"{k} {v:.1f} s" for k, v in self.times.items())
+        self.say(f"moved from {old} to {new} partitions in {time.monotonic() - began:.1f} s "
+                 f"({steps}). Next: start the workers with TRANSCRIPT_PARTITIONS={new}; set "
+                 f"`partitions: {new}` in topics.yaml; give readers (show, forget, sink) "
+                 f"TRANSCRIPT_PARTITIONS={new}")
+
+    def _step(self, name: str, since: float) -> None:
+        self.times[name] = time.monotonic() - since
+        self.say(f"{name}: done in {self.times[name]:.1f} s")
+
+    # --- what is there ------------------------------------------------------------------
+
+    def _counts(self) -> dict[str, int]:
+        names = [self.input, self.control, *self.inner]
+        described = {t["name"]: t for t in self.admin.describe_topics(names)}
+        counts = {}
+        for name in names:
+            parts = (described.get(name) or {}).get("partitions") or []
+            if not parts or (described.get(name) or {}).get("error_code"):
+                raise MoveRefused(f"topic {name} does not exist: run `transcript-owner topics "
+                                  "apply` (a move moves a deployment that runs)")
+            counts[name] = len(parts)
+        if counts[self.control] != counts[self.input]:
+            raise MoveRefused(f"{self.control} has {counts[self.control]} partitions, "
+                              f"{self.input} {counts[self.input]}: they must be equal")
+        return counts
+
+    def _layout(self) -> Layout:
+        from kafka.admin import NewTopic
+        from kafka.errors import TopicAlreadyExistsError
+
+        from workers.kafka_io import read
+
+        if self.layout_topic not in self.admin.list_topics():
+            try:
+                self.admin.create_topics([NewTopic(self.layout_topic, 1, self._replication(),
+                                                   topic_configs={"cleanup.policy": "compact",
+                                                                  "min.compaction.lag.ms": "0"})])
+            except TopicAlreadyExistsError:
+                pass
+            return Layout()
+        layout = decode_layout((r.key, r.value) for r in read(self.ks, self.layout_topic))
+        if isinstance(layout, str):
+            raise MoveRefused(f"{self.layout_topic}: {layout}; it is written only by "
+                              "`repartition`: restore it from a backup or ask who wrote it")
+        return layout
+
+    def _replication(self) -> int:
+        (topic,) = self.admin.describe_topics([self.input])
+        return min(len(p["replica_nodes"]) for p in topic["partitions"])
+
+    def _group_empty(self, wait: float) -> None:
+        deadline = time.monotonic() + wait
+        while True:
+            members = self.admin.describe_groups([self.group])[self.group].get("members") or []
+            if not members:
+                return
+            if time.monotonic() >= deadline:
+                raise MoveRefused(
+                    f"the workers' group {self.group} has {len(members)} "
+                    f"member{'s' if len(members) > 1 else ''}: stop every "
+                    "worker first (a static member leaves after its session timeout, or with "
+                    "kafka-consumer-groups.sh --delete-members-...)")
+            time.sleep(0.5)  # polling the coordinator: no event tells a group emptied
+
+    def _committed(self, topic: str, count: int) -> tuple[int, ...]:
+        from kafka import TopicPartition
+
+        found = self.admin.list_group_offsets(self.group).get(self.group, {})
+        out = []
+        for p in range(count):
+            meta = found.get(TopicPartition(topic, p))
+            offset = getattr(meta, "offset", meta) if meta is not None else None
+            out.append(offset if isinstance(offset, int) and offset >= 0 else 0)
+        return tuple(out)
+
+    # --- 1. begin -----------------------------------------------------------------------
+
+    def _begin(self, move: Move | None, old: int, new: int, counts: dict[str, int]) -> Move:
+        inputs = self._committed(self.input, old)
+        controls = self._committed(self.control, old)
+        if move is not None and (move.input_offsets, move.control_offsets) == (inputs, controls):
+            self.say(f"begin: the move {old} -> {new} resumes (begun {move.begun_at})")
+            return move
+        if move is not None and any(counts[t] != old for t in self.inner):
+            raise MoveRefused(
+                f"the group's committed offsets changed since the move {old} -> {new} began "
+                f"and its topics grew: a worker ran meanwhile. Stop it; the move cannot be "
+                "completed safely from here: restore the deployment from its backup")
+        self._control_drained(controls)
+        move = Move(old, new, inputs, controls, _now())
+        self._write({move_key(old, new): encode_move(move)})
+        self.say(f"begin: the move {old} -> {new} recorded in {self.layout_topic}")
+        return move
+
+    def _control_drained(self, committed: tuple[int, ...]) -> None:
+        from kafka import TopicPartition
+
+        from workers.kafka_io import consumer, ranges_with_records
+
+        tps = [TopicPartition(self.control, p) for p in range(len(committed))]
+        c = consumer(self.ks)
+        try:
+            ends = c.end_offsets(tps)
+            ranges = {tp: (committed[tp.partition], ends[tp]) for tp in tps
+                      if ends[tp] > committed[tp.partition]}
+            held = ranges_with_records(c, ranges) if ranges else set()
+        finally:
+            c.close()
+        if held:
+            where = ", ".join(str(tp.partition) for tp in sorted(held))
+            raise MoveRefused(
+                f"{self.control} partitions {where} hold erases the workers have not forwarded "
+                "yet: start the workers until their lag on it is 0, stop them, run again")
+
+    # --- 2. and 5. grow -----------------------------------------------------------------
+
+    def _grow(self, topics: list[str], new: int, counts: dict[str, int]) -> None:
+        todo = {t: new for t in topics if counts[t] < new}
+        if todo:
+            self.admin.create_partitions(todo)
+            self.say("grow: " + ", ".join(f"{t} {counts[t]} -> {new}" for t in todo))
+            counts.update(todo)
+
+    # --- 3. move ------------------------------------------------------------------------
+
+    def _move_partitions(self, move: Move) -> Move:
+        from kafka import KafkaProducer
+
+        todo = [p for p in range(move.old) if p not in move.moved]
+        if not todo:
+            return move
+        producer = KafkaProducer(
+            **self.ks.kafka_python_kwargs(), acks="all", enable_idempotence=True,
+            transactional_id=f"{self.group}-repartition",
+            transaction_timeout_ms=TRANSACTION_TIMEOUT_MS, linger_ms=20,
+            batch_size=512 * 1024, max_request_size=4 * 1024 * 1024)
+        ends = dict(move.entries_ends)
+        try:
+            producer.init_transactions()  # fences a killed run's producer, aborts its copy
+            for p in todo:
+                ends[p] = self._move_partition(producer, move, p)
+        finally:
+            producer.close()
+        return Move(move.old, move.new, move.input_offsets, move.control_offsets,
+                    move.begun_at, move.done_at, frozenset(range(move.old)), ends)
+
+    def _move_partition(self, producer: Any, move: Move, p: int) -> int:
+        from kafka import TopicPartition
+
+        from workers.kafka_io import consumer, read
+
+        t = time.monotonic()
+        latest: dict[bytes, bytes] = {}
+        for r in read(self.ks, self.changelog, partitions=[p]):
+            if r.key is None:
+                continue
+            if r.value is None:
+                latest.pop(r.key, None)
+            else:
+                latest[r.key] = r.value
+        moving = split_state(latest, p, move.new)
+        del latest
+        c = consumer(self.ks)
+        try:
+            tp = TopicPartition(self.entries, p)
+            end = c.end_offsets([tp])[tp]
+        finally:
+            c.close()
+        last: dict[bytes | None, int] = {}  # the last record of each key: what compaction keeps
+        for r in read(self.ks, self.entries, partitions=[p]):
+            if r.offset < end:
+                last[r.key] = r.offset
+        producer.begin_transaction()
+        keys = 0
+        for q, state in sorted(moving.items()):
+            for key, value in state.items():
+                producer.send(self.changelog, key=key, value=value, partition=q)
+                producer.send(self.changelog, key=key, value=None, partition=p)
+                keys += 1
+        copied = 0
+        for r in read(self.ks, self.entries, partitions=[p]):
+            if r.offset >= end or last.get(r.key) != r.offset:
+                continue
+            producer.send(self.entries, key=r.key, value=r.value,
+                          headers=list(r.headers or ()),
+                          partition=entry_home(r.key, p, move.new))
+            copied += 1
+        producer.send(self.layout_topic, key=moved_key(move.old, move.new, p),
+                      value=encode_moved(move.old, move.new, p, end, copied, keys), partition=0)
+        producer.commit_transaction()
+        self.say(f"move: partition {p}: {keys} state keys, {copied} entries "
+                 f"({time.monotonic() - t:.1f} s)")
+        return end
+
+    # --- 4. trim ------------------------------------------------------------------------
+
+    def _trim(self, move: Move) -> None:
+        from kafka import TopicPartition
+        from kafka.admin import ConfigResource, ConfigResourceType
+
+        resource = ConfigResource(ConfigResourceType.TOPIC, self.entries,
+                                  configs={"cleanup.policy": "compact,delete"})
+        self.admin.alter_configs([resource])
+        try:
+            self.admin.delete_records({TopicPartition(self.entries, p): end
+                                       for p, end in sorted(move.entries_ends.items())})
+        finally:
+            self.admin.alter_configs([ConfigResource(
+                ConfigResourceType.TOPIC, self.entries, configs={"cleanup.policy": "compact"})])
+        self.say(f"trim: {self.entries} partitions 0-{move.old - 1} start at their copies")
+
+    def _write(self, records: dict[bytes, bytes]) -> None:
+        from workers.kafka_io import producer
+
+        p = producer(self.ks)
+        try:
+            for key, value in records.items():
+                p.send(self.layout_topic, key=key, value=value, partition=0).get(timeout=60)
+        finally:
+            p.close()
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
