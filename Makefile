@@ -138,6 +138,7 @@ vectors: install
 	$(PY) $(CONNECTOR)/scripts/pyunicode_tables.py
 	$(PY) schemas/vectors/generate.py
 	$(PY) schemas/vectors/chain.py
+	$(PY) schemas/vectors/positions.py
 
 test-unit: install
 	$(PY) -m pytest tests/unit -q

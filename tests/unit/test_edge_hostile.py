@@ -285,6 +285,7 @@ def test_every_json_schema_timestamp_states_the_range_and_its_year_pattern_is_ne
         "session-erasure.schema.json": 1,  # erased_at
         "transcript-entry.schema.json": 2,
         "diagnostic.schema.json": 1,
+        "input-position.schema.json": 1,  # at
     }
     for text in render_all().values():
         for node in _timestamp_schemas(json.loads(text)):

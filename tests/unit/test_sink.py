@@ -7,19 +7,9 @@ import sqlite3
 from collections import namedtuple
 
 import pytest
+from transcript_connector.entries_topic import Delete, Skip, Upsert, chain_header, classify
 
-from workers.commands.sink import (
-    APPLICATION_ID,
-    SCHEMA_VERSION,
-    Delete,
-    OffsetConflict,
-    SinkDB,
-    SinkError,
-    Skip,
-    Upsert,
-    chain_header,
-    classify,
-)
+from workers.commands.sink import APPLICATION_ID, SCHEMA_VERSION, OffsetConflict, SinkDB, SinkError
 
 TOPIC = "p.transcript.entries"
 Rec = namedtuple("Rec", "offset key value headers", defaults=((),))  # as kafka-python

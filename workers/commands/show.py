@@ -216,7 +216,8 @@ def from_topic(session_key: str) -> tuple[list[Stored], int, list[Stored]]:
     the live values that are not valid entries of their key (the sink skips them)."""
     from transcript_connector.partitioning import partition_for
 
-    from workers.commands.sink import Upsert, chain_header, classify
+    from transcript_connector.entries_topic import Upsert, chain_header, classify
+
     from workers.core.outputs import ENTRIES, parse_entry_key
     from workers.kafka_io import read
     from workers.settings import kafka_settings, worker_settings

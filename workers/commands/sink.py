@@ -74,14 +74,11 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-from pydantic import ValidationError
-from transcript_connector.chain import CHAIN_HEADER
+from transcript_connector.entries_topic import Delete, Upsert, classify
 
-from schemas import TranscriptEntry
 from workers.core.errors import OwnerError
-from workers.core.outputs import parse_entry_key
 
 log = logging.getLogger("transcript_owner.sink")
 
@@ -94,7 +91,6 @@ REPORT_EVERY_S = 10.0
 PARTITIONS_CHECK_EVERY_S = 60.0  # manual assignment: partitions added to the topic are picked up
 BUSY_TIMEOUT_MS = 30_000  # another process holding the write lock (a group sharing the file)
 MAX_REASON = 300
-CHAIN_HEADER_BYTES = CHAIN_HEADER.encode()  # a header name as bytes: a client that gives them
 
 ENTRIES_DDL = """CREATE TABLE entries (
     session_key TEXT NOT NULL,
@@ -166,87 +162,8 @@ class SinkError(OwnerError):
 # --- what one record does to the table (pure) ----------------------------------------------
 
 
-class Upsert(NamedTuple):
-    session_key: str
-    epoch: int
-    seq: int
-    entry_id: str
-    send_id: str
-    entry_json: str
-    chain: str | None  # the record's `chain` header (chain_header)
-
-
-class Delete(NamedTuple):
-    session_key: str
-    seq: int
-
-
-class Skip(NamedTuple):
-    reason: str
-
-
-def parse_key(key: bytes | None) -> tuple[str, int] | Skip:
-    """`<session_key>#<seq, 10 digits>` -> (session_key, seq)."""
-    if key is None:
-        return Skip("key: missing")
-    try:
-        key.decode("utf-8")
-    except UnicodeDecodeError:
-        return Skip("key: not UTF-8")
-    return parse_entry_key(key) or Skip("key: not <session_key>#<seq, 10 digits>")
-
-
-def chain_header(headers: Any) -> str | None:
-    """The text of a record's `chain` header (DESIGN 1.2, "Tamper evidence"), as the record
-    carries it: None when the record has none, more than one, or one whose value is not ASCII
-    (what it should hold is checked by verification, which then reports the entry). `headers`
-    as the Kafka client gives them, (name, value) pairs; anything else is no header (never
-    raises)."""
-    try:
-        found = [v for k, v in headers or () if k in (CHAIN_HEADER, CHAIN_HEADER_BYTES)]
-    except Exception:  # noqa: BLE001  (not pairs: a record must never stop the sink)
-        return None
-    if len(found) != 1 or not isinstance(found[0], bytes | bytearray):
-        return None
-    try:
-        return bytes(found[0]).decode("ascii")
-    except UnicodeDecodeError:
-        return None
-
-
-def classify(key: bytes | None, value: bytes | None, headers: Any) -> Upsert | Delete | Skip:
-    """The row change one record of `transcript.entries` makes (never raises). `headers` only
-    give the row its chain: whatever they hold, the entry is stored (chain_header)."""
-    parsed = parse_key(key)
-    if isinstance(parsed, Skip):
-        return parsed
-    session_key, seq = parsed
-    if value is None:
-        return Delete(session_key, seq)
-    try:
-        entry = TranscriptEntry.model_validate_json(value)
-    except ValidationError as exc:
-        return Skip(_validation_reason(exc))
-    except Exception as exc:  # noqa: BLE001  (a record must never stop the sink)
-        return Skip(f"value: {type(exc).__name__}")
-    if entry.session_key != session_key or entry.seq != seq:
-        return Skip("key: does not match the entry's session_key and seq")
-    try:
-        entry_json = value.decode("utf-8")
-    except UnicodeDecodeError:  # pydantic accepted it, so this cannot happen; still no crash
-        return Skip("value: not UTF-8")
-    return Upsert(session_key, entry.epoch, seq, entry.entry_id, entry.send_id, entry_json,
-                  chain_header(headers))
-
-
-def _validation_reason(exc: ValidationError) -> str:
-    """Field and problem type of each error, never the input (it can be message text)."""
-    parts = []
-    for e in exc.errors(include_input=False, include_url=False):
-        loc = ".".join(str(p) for p in e["loc"]) or "value"
-        parts.append(f"{loc}: {e['type']}")
-    reason = "; ".join(parts[:5]) + (f"; +{len(parts) - 5} more" if len(parts) > 5 else "")
-    return ("invalid entry: " + reason)[:MAX_REASON]
+# Upsert, Delete, Positioned, Skip and classify: transcript_connector.entries_topic (one rule for
+# every reader of the topic, the gateways' included)
 
 
 # --- the database ----------------------------------------------------------------------------

@@ -5,10 +5,10 @@ One place for the wire form of outputs, so the worker writes and `audit` expects
 
 from __future__ import annotations
 
-import re
 from typing import NamedTuple
 
 from transcript_connector.chain import CHAIN_HEADER
+from transcript_connector.entries_topic import entry_key, parse_entry_key  # noqa: F401  (re-exported)
 from transcript_connector.partitioning import partition_for
 
 from schemas import MAX_RECORD_BYTES, Diagnostic, SessionErasure
@@ -62,26 +62,6 @@ class OutRecord(NamedTuple):  # a NamedTuple, as Source: one or more are built p
     value: bytes | None  # None: a tombstone (an erased entry)
     partition: int | None = None  # None: the producer's murmur2 partitioner on the key
     headers: tuple[tuple[str, bytes], ...] = ()
-
-
-def entry_key(session_key: str, seq: int) -> bytes:
-    return f"{session_key}#{seq:010d}".encode()
-
-
-_ENTRY_KEY = re.compile(rb"(.+)#([0-9]{10})", re.DOTALL)
-
-
-def parse_entry_key(key: bytes | None) -> tuple[str, int] | None:
-    """(session_key, seq) of an entry key `<session_key>#<seq, 10 digits>`, or None. A session
-    key may hold `#`, so a reader selects a session by this, never by a key prefix: the keys
-    of session `K#1` start with `K#` too (DESIGN 1.2)."""
-    m = _ENTRY_KEY.fullmatch(key) if key is not None else None
-    if m is None:
-        return None
-    try:
-        return m[1].decode("utf-8"), int(m[2])
-    except UnicodeDecodeError:
-        return None
 
 
 def encode(outcome: Outcome, source: Source, partitions: int) -> list[OutRecord]:

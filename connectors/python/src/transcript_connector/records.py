@@ -21,6 +21,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictInt,
     StringConstraints,
     ValidationInfo,
     field_validator,
@@ -304,6 +305,25 @@ class TranscriptEntry(Record):
     platform_message_ids: tuple[str, ...]
 
 
+# --- input-position/1 (1.3) ----------------------------------------------------------------
+
+
+class InputPosition(Record):
+    """How far the worker's outputs reflect input partition `partition` (DESIGN 1.3, "Reading at
+    a position"): written to `transcript.entries` partition `partition`, key `position/<p>`,
+    after the entries of every transaction that consumed it. Every input record of that
+    partition below `input_offset` (and of `transcript.control`'s below `control_offset`) has
+    its outcome before this record in the partition; they are the offsets the same transaction
+    commits for the worker's group. `at` is the worker's clock when it wrote it."""
+
+    schema_: Literal["input-position/1"] = Field(alias="schema")
+    # strict: a JSON integer, not "100", 1.0 or true (a reader must not guess an offset)
+    partition: Annotated[StrictInt, Field(ge=0, le=2**31 - 1)]  # a Kafka partition: an int32
+    input_offset: Annotated[StrictInt, Field(ge=0, le=2**63 - 1)]
+    control_offset: Annotated[StrictInt, Field(ge=0, le=2**63 - 1)]
+    at: Timestamp
+
+
 # --- diagnostic/1 -------------------------------------------------------------------------
 
 
@@ -337,6 +357,7 @@ RECORDS: dict[str, type[Record]] = {
     "session-erasure": SessionErasure,
     "transcript-entry": TranscriptEntry,
     "diagnostic": Diagnostic,
+    "input-position": InputPosition,
 }
 
 __all__ = [
@@ -348,6 +369,7 @@ __all__ = [
     "DeliveryConfirmation",
     "Diagnostic",
     "DiagnosticLevel",
+    "InputPosition",
     "InputRecord",
     "Job",
     "JobMode",
