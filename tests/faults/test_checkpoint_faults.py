@@ -39,9 +39,15 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
 from tests.conftest import ROOT
 from tests.faults.test_faults import record
-from tests.integration.harness import WorkerProcess, group_of, poll_until, wait_drained
+from tests.integration.harness import (
+    WorkerProcess,
+    entry_records,
+    group_of,
+    poll_until,
+    wait_drained,
+)
 from workers.core.checkpoint_format import CHECKPOINTS, KEYS_PER_BATCH, Checkpoint, decode
-from workers.core.outputs import CONFIRMATIONS, ENTRIES
+from workers.core.outputs import CONFIRMATIONS
 from workers.kafka_io import end_offsets, producer, read
 from workers.settings import KafkaSettings, kafka_settings
 from workers.stream.checkpoints import Checkpointer
@@ -315,7 +321,7 @@ def truncate_and_audit(ks: KafkaSettings, env, found: dict[int, list[Checkpoint]
             expected[f"{e['session_key']}#{e['seq']:010d}"] = without_written_at(e)
     copies = Counter()
     got = {}
-    for r in read(ks, ks.topic(ENTRIES)):
+    for r in entry_records(ks):
         if r.value is not None:
             copies[r.key] += 1
             got[r.key.decode()] = without_written_at(json.loads(r.value))

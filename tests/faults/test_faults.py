@@ -316,8 +316,7 @@ def test_broker_restart(ks, env, feed, workers, tmp_path):
             restarts += 1
             w = workers(f"w{restarts}", state)
         assert time.monotonic() < deadline, w.tail()
-        for recs in entries.consumer.poll(timeout_ms=500).values():
-            entries.records.extend(recs)
+        entries.take(500)
     recovery = recovery_after(entries, t0, w)
     records, report = drained_and_audited(feeder, env, ks, [w])
     stopped = w.stop()

@@ -19,7 +19,7 @@ from transcript_connector.partitioning import partition_for
 
 from tests.conftest import cli
 from tests.faults.test_faults import conclude, drained_and_audited, feed, ks  # noqa: F401
-from tests.integration.harness import CliProcess, group_of, poll_until, wait_drained
+from tests.integration.harness import CliProcess, entry_records, group_of, poll_until, wait_drained
 from workers.core.layout import LAYOUT, decode_layout
 from workers.core.outputs import CONFIRMATIONS, ENTRIES, parse_entry_key
 from workers.kafka_io import consumer, read
@@ -101,7 +101,7 @@ def test_repartition_under_load_then_kill_9_during_the_second_move(ks, env, feed
 
     # every entry, old and new, in its session's partition under 32
     homes = strays = 0
-    for r in read(ks, ks.topic(ENTRIES)):
+    for r in entry_records(ks):
         named = parse_entry_key(r.key)
         assert named is not None, r.key
         homes += 1

@@ -21,9 +21,14 @@ from transcript_connector.partitioning import partition_for
 from bench.capacity import RESTORED
 from tests.conftest import cli
 from tests.faults.test_faults import audit, record
-from tests.integration.harness import WorkerProcess, group_of, poll_until, wait_drained
-from workers.core.outputs import CONFIRMATIONS, ENTRIES, parse_entry_key
-from workers.kafka_io import read
+from tests.integration.harness import (
+    WorkerProcess,
+    entry_records,
+    group_of,
+    poll_until,
+    wait_drained,
+)
+from workers.core.outputs import CONFIRMATIONS, parse_entry_key
 from workers.settings import kafka_settings
 
 pytestmark = [pytest.mark.kafka, pytest.mark.faults, pytest.mark.scale]
@@ -67,7 +72,7 @@ def test_the_pause_of_a_move_from_8_to_16_partitions_at_a_million_sessions(env, 
     assert second.stop() == 0, second.tail()
 
     strays = entries = 0
-    for r in read(ks, ks.topic(ENTRIES)):
+    for r in entry_records(ks):
         named = parse_entry_key(r.key)
         entries += 1
         strays += named is None or r.partition != partition_for(named[0], 16)

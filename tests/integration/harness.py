@@ -15,8 +15,10 @@ from functools import partial
 from pathlib import Path
 
 from kafka import KafkaConsumer, TopicPartition
+from transcript_connector.entries_topic import parse_position_key
 
-from workers.kafka_io import consumer, polls, ranges_with_records
+from workers.core.outputs import ENTRIES
+from workers.kafka_io import consumer, polls, ranges_with_records, read
 from workers.settings import KafkaSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,8 +75,22 @@ class WorkerProcess(CliProcess):
                                       "TRANSCRIPT_SESSION_TIMEOUT_S": "6", **extra}, log)
 
 
+def entry_records(ks: KafkaSettings, **options) -> list:
+    """Every record of transcript.entries a read_committed reader sees (`read`'s options), less
+    the worker's position records (DESIGN 1.3): the entries and their tombstones."""
+    return [r for r in read(ks, ks.topic(ENTRIES), **options)
+            if parse_position_key(r.key) is None]
+
+
+def without_positions(records: list) -> list:
+    """`records` of transcript.entries less its position records."""
+    return [r for r in records if parse_position_key(r.key) is None]
+
+
 class Collector:
-    """A read_committed consumer over every partition of a topic, kept open across waits."""
+    """A read_committed consumer over every partition of a topic, kept open across waits. Of
+    transcript.entries it collects the entries and tombstones in `records`, and the worker's
+    position records (DESIGN 1.3) apart, in `positions`."""
 
     def __init__(self, ks: KafkaSettings, topic: str) -> None:
         self.consumer = consumer(ks)
@@ -82,6 +98,8 @@ class Collector:
         self.consumer.assign([TopicPartition(topic, p) for p in sorted(parts)])
         self.consumer.seek_to_beginning()
         self.records: list = []
+        self.positions: list = []
+        self._entries = topic.endswith(ENTRIES)
 
     def wait_for(
         self, done: Callable[[list], bool], timeout: float, worker: WorkerProcess | None = None
@@ -92,12 +110,24 @@ class Collector:
             if worker is not None and not worker.alive():
                 raise AssertionError(f"worker exited ({worker.proc.returncode}):\n{worker.tail()}")
             try:
-                self.records.extend(next(arriving))
+                batch = next(arriving)
             except TimeoutError:
                 tail = worker.tail() if worker else ""
                 raise AssertionError(f"timed out with {len(self.records)} records\n{tail}") \
                     from None
+            self._add(batch)
         return self.records
+
+    def take(self, timeout_ms: int = 100) -> None:
+        """One poll's records, whatever arrived (nothing, when nothing did)."""
+        for batch in self.consumer.poll(timeout_ms=timeout_ms).values():
+            self._add(batch)
+
+    def _add(self, batch: list) -> None:
+        if self._entries:
+            self.positions.extend(r for r in batch if parse_position_key(r.key) is not None)
+            batch = [r for r in batch if parse_position_key(r.key) is None]
+        self.records.extend(batch)
 
     def values(self) -> list[dict]:
         return [json.loads(r.value) for r in self.records]

@@ -18,6 +18,7 @@ from tests.integration.harness import (
     Collector,
     checkpointed_at,
     committed_input,
+    entry_records,
     group_of,
     poll_until,
     wait_drained,
@@ -25,7 +26,7 @@ from tests.integration.harness import (
 from tests.unit.wire import confirmation, dumps
 from workers.core.checkpoint_format import CHECKPOINTS, manifest_key
 from workers.core.outputs import CONFIRMATIONS, ENTRIES
-from workers.kafka_io import end_offsets, producer, publish, read
+from workers.kafka_io import end_offsets, producer, publish
 from workers.scenario import steps
 from workers.settings import kafka_settings
 
@@ -203,7 +204,7 @@ def test_audit_past_retention_checks_a_session_erased_before_the_checkpoint(env,
         return f"{victim}#{seq:010d}".encode()
 
     p.send(ks.topic(ENTRIES), key=key(4), value=None, partition=home).get(timeout=10)
-    undone = dict(json.loads(next(r.value for r in read(ks, ks.topic(ENTRIES), partitions=[home])
+    undone = dict(json.loads(next(r.value for r in entry_records(ks, partitions=[home])
                                   if r.key == key(4))), seq=2)
     p.send(ks.topic(ENTRIES), key=key(2), value=json.dumps(undone).encode(),
            partition=home).get(timeout=10)

@@ -16,12 +16,11 @@ import pytest
 from transcript_connector.partitioning import partition_for
 
 from tests.conftest import cli
-from tests.integration.harness import Collector, group_of, wait_drained
+from tests.integration.harness import Collector, entry_records, group_of, wait_drained
 from tests.unit.wire import confirmation, dumps
 from workers.core.outputs import (
     CONFIRMATIONS,
     DLQ,
-    ENTRIES,
     ERASURES,
     SESSIONS,
     changelog_topic,
@@ -71,7 +70,7 @@ def test_below_the_cut_over_an_input_erase_is_history_above_it_a_dead_letter(env
     assert headers["error"] == b"session-erase/1 is accepted only on transcript.control"
     assert (headers["source.partition"], headers["source.offset"]) == (str(part).encode(), b"4")
 
-    latest = {r.key: r.value for r in read(ks, ks.topic(ENTRIES), partitions=[part])}
+    latest = {r.key: r.value for r in entry_records(ks, partitions=[part])}
     assert latest[entry_key(SESSION, 1)] is None and latest[entry_key(SESSION, 2)] is None
     assert json.loads(latest[entry_key(SESSION, 3)])["send_id"] == "u4"  # after the erasure
     [erasure] = [json.loads(r.value) for r in read(ks, ks.topic(ERASURES))]

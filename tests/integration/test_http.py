@@ -23,6 +23,7 @@ from tests.integration.harness import (
     ROOT,
     Collector,
     WorkerProcess,
+    entry_records,
     group_of,
     poll_until,
     replay_entries,
@@ -115,7 +116,7 @@ def test_ready_through_a_rebalance_and_metrics_equal_what_readers_find(env, work
     # b answered before the group had assigned it anything, with a reason
     assert seen_b[0][0] == 503 and seen_b[-1][0] == 200, seen_b
 
-    entries = sum(1 for _ in read(ks, ks.topic(ENTRIES)))
+    entries = len(entry_records(ks))
     dead = sum(1 for _ in read(ks, ks.topic(DLQ)))
     metrics = [samples(port_a), samples(port_b)]
     written = sum(total(m, "transcript_owner_records_total", outcome="written") for m in metrics)

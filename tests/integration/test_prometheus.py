@@ -26,8 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import ROOT, group_of, poll_until, wait_drained
-from workers.core.outputs import CONFIRMATIONS, DLQ, ENTRIES
+from tests.integration.harness import ROOT, entry_records, group_of, poll_until, wait_drained
+from workers.core.outputs import CONFIRMATIONS, DLQ
 from workers.kafka_io import end_offsets, publish, read
 from workers.settings import kafka_settings
 from workers.synthetic import generate
@@ -244,7 +244,7 @@ def test_prometheus_counts_what_the_worker_wrote(env, workers, prometheus, kafka
     ends = end_offsets(ks, inputs)
     ended_by_marker = {p for p, end in ends.items() if end > last.get(p, -1) + 1}
     assert ended_by_marker, (ends, last)
-    n_entries = sum(1 for _ in read(ks, ks.topic(ENTRIES)))
+    n_entries = len(entry_records(ks))
     dlq = list(read(ks, ks.topic(DLQ)))
     assert n_input > len(records) and n_entries > RECORDS // 2 and len(dlq) >= 5
 

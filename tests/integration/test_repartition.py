@@ -30,6 +30,7 @@ from tests.conftest import cli
 from tests.faults.test_faults import audit
 from tests.integration.harness import (
     committed_input,
+    entry_records,
     group_of,
     poll_until,
     wait_drained,
@@ -236,7 +237,7 @@ def test_readers_find_every_entry_across_a_move_and_a_retry_stays_a_duplicate(ks
     wait_drained(bootstrap, group, topic, 180, [w])
     after, _ = live_entries(ks)
     assert set(before) < set(after)
-    strays = [r.key for r in read(ks, ks.topic(ENTRIES))
+    strays = [r.key for r in entry_records(ks)
               if r.partition != partition_for(parse_entry_key(r.key)[0], 16)]
     assert strays == [], strays[:5]
 

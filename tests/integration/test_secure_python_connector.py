@@ -27,12 +27,13 @@ from tests.integration import test_secure
 from tests.integration.harness import (
     Collector,
     WorkerProcess,
+    entry_records,
     replay_entries,
     without_written_at,
 )
 from tests.integration.test_python_connector import connector_python
 from workers.core.outputs import CONFIRMATIONS, CONTROL, ENTRIES
-from workers.kafka_io import end_offsets, read
+from workers.kafka_io import end_offsets
 from workers.settings import kafka_settings
 
 pytestmark = pytest.mark.kafka
@@ -109,7 +110,7 @@ def test_connector_transactions_over_sasl_ssl_decided_by_the_worker(
         entries.close()
         if w.alive():
             w.kill()
-    got = [json.loads(r.value) for r in read(reader, reader.topic(ENTRIES))]
+    got = [json.loads(r.value) for r in entry_records(reader)]
     expected = replay_entries([p["value"].encode() for p in published], as_user("worker"))
     assert without_written_at(sorted(got, key=lambda e: e["seq"])) == without_written_at(expected)
     assert [e["seq"] for e in expected] == [1, 2, 3]

@@ -123,7 +123,7 @@ def run_audit(monkeypatch, entries: list[tuple[bytes, bytes | None]], erasures: 
     def read(ks_, topic, *, partitions=None, start=None, **_):  # noqa: ANN001, ANN202
         if topic != ks.topic(ENTRIES):
             return iter(())
-        return (SimpleNamespace(key=k, value=v, offset=i, timestamp=0, headers=[])
+        return (SimpleNamespace(key=k, value=v, offset=i, partition=0, timestamp=0, headers=[])
                 for i, (k, v) in enumerate(entries))
 
     monkeypatch.setattr("workers.kafka_io.read", read)

@@ -75,6 +75,7 @@ def test_rendering_names_every_metric_and_counts_committed_batches():
     m.gauges.lag = {0: 4, 3: 0}
     m.gauges.state = {0: (10, 2048)}
     m.transactions = lambda: {"committed": 7, "aborted": 1}
+    m.positions = lambda: {0: (3, 1.5), 3: (0, 0.2)}
     families = _families(m)
     # the parser drops _total from counter family names; METRIC_NAMES has the sample names
     exposed = {s.name for f in families.values() for s in f.samples}

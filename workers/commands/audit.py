@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from workers.commands import audit_chain, audit_control, audit_start
+from workers.commands import audit_chain, audit_control, audit_positions, audit_start
 from workers.commands.loadgen import Progress
 from workers.core import MemoryState
 from workers.core.checkpoint_format import (
@@ -84,7 +84,7 @@ from workers.settings import KafkaSettings, kafka_settings, worker_settings
 KINDS = ("missing", "unexpected", "differing", "rewritten", "order",
          "diagnostics_missing", "diagnostics_unexpected", "dead_letters_missing",
          "dead_letters_unexpected", "erasures_missing", "erasures_unexpected", "chain",
-         "malformed", "unaudited")
+         "position", "malformed", "unaudited")
 EXAMPLES = 20  # findings listed per kind in the report
 SEQ_MAX = 9_999_999_999  # an entry key's seq has 10 digits
 T = TypeVar("T")
@@ -306,6 +306,7 @@ def audit_partition(ks: KafkaSettings, replay: Replay, report: Report,
     older = {} if checkpoint is None else audit_start.before(state)
     anchors = dict(state.heads)  # the checkpoint's heads, before the replay moves them on
     chain = audit_chain.ChainCheck()
+    positions = audit_positions.PositionCheck()
     # sessions erased before the checkpoint: their erasure records are explained by its state,
     # and give the seqs the erasure tombstoned (through_seq) and those written after it
     erased_older = audit_start.erased_before(state, erasures or {})
@@ -342,7 +343,7 @@ def audit_partition(ks: KafkaSettings, replay: Replay, report: Report,
             if end is not None and r.offset >= end:
                 continue
             _replay_one(report, bar, owner, state, source_topic, partition, r, wall, wall_s,
-                        expected, diags, dead, erased_keys, erased_through)
+                        expected, diags, dead, erased_keys, erased_through, positions)
     if since is not None:
         expected = {k: v for k, v in expected.items() if v[1] >= since}
     report.expected_entries += len(expected)
@@ -356,8 +357,14 @@ def audit_partition(ks: KafkaSettings, replay: Replay, report: Report,
     hidden: set[bytes] = set()  # live entries delivered before --since: not compared
     last_seq: dict[str, int] = {}
     entries_topic = ks.topic(ENTRIES)
+
+    def malformed_position(partition: int, offset: int, what: str) -> None:
+        report.malformed(entries_topic, partition, offset, what)
+
     for r in read(ks, entries_topic, partitions=replay.partitions):
         key = r.key
+        if positions.read(r, malformed_position):
+            continue  # a position record: checked below, never an entry
         if r.value is None:  # tombstone: the entry is gone
             seen[key] = None
             hidden.discard(key)
@@ -366,6 +373,7 @@ def audit_partition(ks: KafkaSettings, replay: Replay, report: Report,
         entry = report.decoded(entries_topic, r, entry_of)
         if entry is None:
             continue  # not the worker's (reported): neither present nor compared
+        positions.entry(key, r.partition, r.offset)
         chain.read(key, r.value, r.headers)  # the chain, over compaction's view
         if since is not None and datetime.fromisoformat(entry["delivered_at"]) < since:
             hidden.add(key)
@@ -401,6 +409,12 @@ def audit_partition(ks: KafkaSettings, replay: Replay, report: Report,
             report.find("unexpected", key.decode())
     for what in chain.findings(heads or {}, anchors):
         report.find("chain", what)
+    from workers.kafka_io import end_offsets  # after the entries: what a position may claim
+
+    input_ends = end_offsets(ks, source_topic)
+    for kind, what in positions.findings(erased_keys, {p: input_ends[p] for p in
+                                                        replay.partitions if p in input_ends}):
+        report.find(kind, what)
     if older:  # before the checkpoint: still there, or tombstoned by an erasure
         live = {k for k, d in seen.items() if d is not None} | hidden
         for kind, what in audit_start.older(older, erased_older, erased_keys, live,
@@ -430,7 +444,8 @@ def _replay_one(report: Report, bar: Progress, owner: Owner, state: MemoryState,
                 partition: int, r: Any, wall: datetime, wall_s: float,
                 expected: dict[bytes, tuple[bytes, datetime]], diags: Counter,
                 dead: set[tuple[int, int]], erased_keys: set[bytes],
-                erased_through: dict[str, set[int]]) -> None:
+                erased_through: dict[str, set[int]],
+                positions: audit_positions.PositionCheck | None = None) -> None:
     """One input record through the worker's step; what it says the worker wrote, noted."""
     report.input_records += 1
     bar.update(report.input_records)
@@ -447,6 +462,8 @@ def _replay_one(report: Report, bar: Progress, owner: Owner, state: MemoryState,
         elif out.topic == ENTRIES:
             entry = json.loads(out.value)
             expected[out.key] = (_digest(entry), datetime.fromisoformat(entry["delivered_at"]))
+            if positions is not None:
+                positions.expect(out.key, partition, r.offset)
         elif out.topic == DIAGNOSTICS:
             diags[_diag_id(json.loads(out.value))] += 1
         elif out.topic == DLQ:

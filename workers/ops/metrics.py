@@ -64,6 +64,8 @@ METRIC_NAMES = (
     f"{PREFIX}state_bytes",
     f"{PREFIX}restore_records_total",
     f"{PREFIX}restoring",
+    f"{PREFIX}position_lag",
+    f"{PREFIX}position_age_seconds",
     "process_cpu_seconds_total",
     "process_resident_memory_bytes",
     "process_virtual_memory_bytes",
@@ -136,6 +138,9 @@ class Metrics:
         self.latency = Histogram(LATENCY_BUCKETS)
         self.transactions: Callable[[], Mapping[str, int]] = dict
         self.transaction_version: Callable[[], int] = int  # 0: none (at-least-once)
+        # per owned partition: (input offsets its last position record is behind the input's
+        # last stable offset, that record's age in seconds); none at-least-once
+        self.positions: Callable[[], Mapping[int, tuple[int, float]]] = dict
         self.rebalances = 0
         self.restored = 0
         self.gauges = Gauges()
@@ -214,3 +219,14 @@ class _Collector:
                                   "the local state at assignments", value=m.restored)
         yield GaugeMetricFamily(f"{PREFIX}restoring", "1 while assigned state is being "
                                 "restored", value=int(g.restoring))
+        behind = GaugeMetricFamily(
+            f"{PREFIX}position_lag", "Input offsets between the partition's last stable offset "
+            "(looked at once a second) and the worker's last position record: what a read "
+            "bound to latest would wait for", labels=["partition"])
+        age = GaugeMetricFamily(f"{PREFIX}position_age_seconds", "Age of the worker's last "
+                                "position record, per owned partition", labels=["partition"])
+        for partition, (n, seconds) in sorted(m.positions().items()):
+            behind.add_metric([str(partition)], n)
+            age.add_metric([str(partition)], seconds)
+        yield behind
+        yield age

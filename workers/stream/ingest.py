@@ -97,6 +97,10 @@ class Inbox:
         topic = self.topic
         return Counter(m.partition for m in self._items if m.topic == topic)
 
+    def held(self) -> set[TP]:
+        """The partitions (of any topic it takes) with messages held (read once a second)."""
+        return {m.tp for m in self._items}
+
     def nudge(self) -> None:
         """Wake the waiting `take` even without messages: a rebalance completed, and the
         processor checks where the new generation's partitions start without waiting for

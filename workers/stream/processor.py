@@ -61,6 +61,7 @@ from workers.stream.checkpoints import Checkpointer
 from workers.stream.clients import OffsetsReader
 from workers.stream.ingest import Inbox
 from workers.stream.local_state import OFFSET_KEY
+from workers.stream.positions import GapWatch, PositionKeeper
 from workers.stream.session_store import SessionStore
 from workers.stream.state_owner import StateOwner
 from workers.stream.transactions import BatchTransactions, Overtaken
@@ -112,6 +113,7 @@ class Processor:
         transactions: BatchTransactions | None = None, member: MemberOf | None = None,
         batch_stop_s: float = 15.0, metrics: Metrics | None = None,
         health: Health | None = None, checkpoints: Checkpointer | None = None,
+        positions: PositionKeeper | None = None,
     ) -> None:
         self.metrics = metrics or Metrics()
         self.health = health or Health(liveness_timeout_s=float("inf"))
@@ -134,9 +136,14 @@ class Processor:
         self._partitions: list[int] = []  # the input partitions of this generation
         # exactly-once: per-partition state checkpoints for audit (core/checkpoint_format.py)
         self.checkpoints = checkpoints
+        # exactly-once: each partition's position records (workers.stream.positions)
+        self.positions = positions
+        self.gap_watch: GapWatch | None = None  # set by the worker's assembly, with positions
+        self.control_name = next(iter(inbox.topics - {inbox.topic}), None)
 
     async def run(self) -> None:
         batch: asyncio.Future | None = None
+        watch = None if self.gap_watch is None else asyncio.ensure_future(self.gap_watch.run())
         try:
             if self.transactions is None:
                 self.producer = self.new_producer()
@@ -150,6 +157,8 @@ class Processor:
                 await asyncio.shield(batch)
                 batch = None
         except asyncio.CancelledError:
+            if watch is not None:
+                watch.cancel()
             await asyncio.shield(self._stop(batch))
             raise
         except Exception:
@@ -182,6 +191,8 @@ class Processor:
             await self.producer.stop()
         if self.transactions is not None:
             await self.transactions.close()
+        if self.gap_watch is not None:
+            self.gap_watch.probe.close()
 
     def _quiet_s(self) -> float | None:
         """How long to wait for input: in a new generation, briefly (its partitions' starts
@@ -192,7 +203,11 @@ class Processor:
             return 0.1  # a new generation: check where its partitions start without input
         if self.checkpoints is None:
             return None
-        return self.checkpoints.wait_s(time.time()) + 0.01
+        now = time.time()
+        wait = self.checkpoints.wait_s(now)
+        if self.positions is not None:
+            wait = min(wait, self.positions.wait_s(now))
+        return wait + 0.01
 
     async def _batch(self, messages: list) -> None:
         live, skipped = await self._admit(messages)
@@ -202,9 +217,9 @@ class Processor:
             dead, written = await self._process(live)
             self.metrics.committed(self.owner.counts, len(live), began, dead, written)
             self.health.batch_done()
-        elif not messages and self.checkpoints is not None and self._cursors:
+        elif not messages and self.transactions is not None and self._cursors:
             self.health.batch_started()
-            await self._quiet_checkpoint()
+            await self._quiet_commit()
             self.health.batch_done()
         ack = self.app.consumer.ack  # what Message.ack ends in, without its refcount
         for m in live:
@@ -231,10 +246,12 @@ class Processor:
                 self._cut = set()
                 self._partitions = sorted({tp.partition for tp in cursors})
                 self.store.forget_cache()  # another worker may have owned these sessions
+                if self.positions is not None:
+                    self.positions.start(generation, self._partitions)
                 heap.settle()  # the restore's garbage gone, the survivors out of the GC's way
         # No await from here to track_message: a revocation cannot start in between.
         consumer = app.consumer
-        live, skipped, seeks = [], [], {}
+        live, skipped, seeks = [], self._advance(generation), {}
         last: dict[TP, ConsumerMessage] = {}
         for m in messages:
             if m.generation_id != generation:
@@ -273,6 +290,39 @@ class Processor:
             # does not, and a seek from this thread stalled all fetching in a test here)
             await consumer.seek_wait(seeks)
         return live, skipped
+
+    def _advance(self, generation: int) -> list:
+        """Move each partition the gap watch found to hold nothing to decide past that gap, if
+        it still stands where the watch saw it; the stand-ins of the offsets passed, to ack
+        with the batch (faust's acks would otherwise wait at the gap for good). A partition
+        that has taken no message yet in this generation moves its start, so its first
+        message is still checked against it."""
+        if self.positions is None or not self.positions.advances:
+            return []
+        advances, self.positions.advances = self.positions.advances, {}
+        passed: list[ConsumerMessage] = []
+        for tp, (seen_in, first, end) in advances.items():
+            cursor = self._cursors.get(tp)
+            if (seen_in != generation or cursor is None or cursor.resync_below is not None
+                    or cursor.position != first):
+                continue
+            if cursor.next is None:
+                cursor.start = end
+            else:
+                cursor.next = end
+            passed.extend(_stand_ins(tp, first, end, generation))
+            self.positions.mark(tp.partition)
+        return passed
+
+    def standing(self) -> tuple[int | None, dict[TP, int]]:
+        """For the gap watch: this generation, and where each of its partitions (input and
+        control) stands that has no message waiting in the inbox and no seek pending."""
+        generation = self._generation
+        if generation is None or self.app.consumer_generation_id != generation:
+            return None, {}
+        held = self.inbox.held()
+        return generation, {tp: c.position for tp, c in self._cursors.items()
+                            if tp not in held and c.resync_below is None}
 
     async def _starts(self) -> dict[TP, _Cursor]:
         """Where each assigned input partition must start in this generation."""
@@ -353,7 +403,9 @@ class Processor:
             extra = None
             if self.checkpoints is not None and self.checkpoints.due(wall_s):
                 extra = self._checkpoint(messages, wall_s)
-            await self._commit_transactions(by_partition, next_offset, writes, changelog, extra)
+            positions = self._positions(next_offset.keys(), wall_s)
+            await self._commit_transactions(by_partition, next_offset, writes, changelog, extra,
+                                            positions)
             return dead, written
         await send_all(self.producer, [r for rs in by_partition.values() for r in rs])
         if writes:
@@ -361,27 +413,49 @@ class Processor:
             self._apply(records, await send_all(self.producer, records))
         return dead, written
 
-    async def _quiet_checkpoint(self) -> None:
-        """No input came for a while: the checkpoints due, in a transaction of their own. It
-        commits each partition's offsets as they are (the position it has processed to), so
-        that, like every transaction of a batch, it is fenced by the group generation."""
+    async def _quiet_commit(self) -> None:
+        """No input came for a while: the checkpoints and positions due, in a transaction of
+        their own. It commits each partition's offsets as they are (the position it has
+        processed to), so that, like every transaction of a batch, it is fenced by the group
+        generation."""
         wall_s = time.time()
-        if not self.checkpoints.due(wall_s):
+        extra = None
+        if self.checkpoints is not None and self.checkpoints.due(wall_s):
+            extra = self._checkpoint([], wall_s) or None
+        positions = self._positions((), wall_s)
+        if not extra and not positions:
             return
-        extra = self._checkpoint([], wall_s)
-        if not extra:
-            return
-        positions: dict[int, dict[str, int]] = {}
-        for tp, cursor in self._cursors.items():
-            positions.setdefault(tp.partition, {})[tp.topic] = cursor.position
+        offsets: dict[int, dict[str, int]] = {}
+        if extra:
+            for tp, cursor in self._cursors.items():
+                offsets.setdefault(tp.partition, {})[tp.topic] = cursor.position
+        self.clock.tick()
         try:
-            await self._commit_transactions({}, positions, [], self.state.changelog, extra)
+            await self._commit_transactions({}, offsets, [], self.state.changelog, extra,
+                                            positions)
         except Overtaken as exc:
             # No input message holds a revocation back while this commits (as a batch's do),
             # so a rebalance may overtake it: nothing of it is visible, and its partitions'
-            # next owner checkpoints them.
-            self.checkpoints.abandon()
-            log.info("a quiet partition's checkpoint was overtaken by a rebalance (%s)", exc)
+            # next owner checkpoints them and writes their positions.
+            if extra:
+                self.checkpoints.abandon()
+            log.info("a quiet partition's checkpoint or position was overtaken by a rebalance "
+                     "(%s)", exc)
+
+    def _positions(self, consumed: Any, wall_s: float) -> dict[int, tuple[int, int]]:
+        """The partitions whose position this transaction writes (those it consumed, and
+        those due), each with its input and control offsets as this transaction commits
+        them: where the processor stands in each."""
+        if self.positions is None:
+            return {}
+        source, control = self.source_name, self.control_name
+        out: dict[int, tuple[int, int]] = {}
+        for p in {*consumed, *self.positions.due(wall_s)}:
+            inp = self._cursors.get(TP(source, p))
+            ctl = self._cursors.get(TP(control, p)) if control is not None else None
+            if inp is not None and (ctl is not None or control is None):
+                out[p] = (inp.position, 0 if ctl is None else ctl.position)
+        return out
 
     def _cut_over(self, messages: list) -> None:
         """The first batch that reads an input partition without an erase cut-over writes it:
@@ -403,22 +477,33 @@ class Processor:
 
     async def _commit_transactions(self, by_partition: dict[int, list[Record]],
                                    next_offset: dict[int, dict[str, int]], writes: list,
-                                   changelog: str, extra: dict[int, list[Record]] | None = None
-                                   ) -> None:
-        """The batch in one transaction: every partition's outputs, checkpoint parts, state and
-        offsets; the local state is written only once it committed (a failure exits: see run)."""
+                                   changelog: str, extra: dict[int, list[Record]] | None = None,
+                                   positions: dict[int, tuple[int, int]] | None = None) -> None:
+        """The batch in one transaction: every partition's outputs, then its position record
+        (after its entries: a reader that sees the position has seen them), checkpoint parts,
+        state and offsets; the local state is written only once it committed (a failure exits:
+        see run). A partition with a position commits the offsets its record holds."""
         state: list[Record] = [(changelog, p, k, v, ()) for p, k, v in writes]
         records: list[Record] = []
         outputs: dict[int, tuple[int, int]] = {}  # partition -> its outputs' slice of records
         for p, sends in by_partition.items():
             outputs[p] = (len(records), len(records) + len(sends))
             records.extend(sends)
+        wall = self.clock.now
+        if positions:
+            records.extend(self.positions.records(positions, wall))
         for parts in (extra or {}).values():
             records.extend(parts)
         records.extend(state)  # a session's state lives in its input partition's changelog
         offsets = {(topic, p): offset for p, by_topic in next_offset.items()
                    for topic, offset in by_topic.items()}
+        for p, (inp, ctl) in (positions or {}).items():
+            offsets[(self.source_name, p)] = inp
+            if self.control_name is not None:
+                offsets[(self.control_name, p)] = ctl
         written = await self.transactions.commit(records, offsets, self.member(self._generation))
+        if positions:
+            self.positions.written(positions, wall.timestamp())
         checkpoints, diagnostics = self.checkpoints, self.topic_names.get(DIAGNOSTICS)
         if checkpoints is not None:
             for p, (first, end) in outputs.items():
@@ -472,6 +557,12 @@ class Processor:
         for partition, batch in batches.items():
             batch.put(OFFSET_KEY, str(last[partition]).encode())
             db(partition).write(batch)
+
+
+def _stand_ins(tp: TP, first: int, end: int, generation: int) -> list[ConsumerMessage]:
+    """Stand-ins for offsets first..end-1 of `tp`, which hold no record for us."""
+    return [ConsumerMessage(tp.topic, tp.partition, offset, None, 0, None, None, None, None, 0,
+                            0, tp, generation_id=generation) for offset in range(first, end)]
 
 
 def _skipped(m: ConsumerMessage, first: int) -> list[ConsumerMessage]:

@@ -52,6 +52,7 @@ from workers.stream.adapter import (
 from workers.stream.checkpoints import Checkpointer
 from workers.stream.clients import offsets_reader, producer_factory
 from workers.stream.ingest import Inbox, input_topic, read_committed, scheduler_for
+from workers.stream.positions import GapProbe, GapWatch, PositionKeeper
 from workers.stream.processor import EXIT_FATAL, BatchClock, Processor
 from workers.stream.state_owner import StateOwner
 from workers.stream.takeover import on_assigned
@@ -151,7 +152,7 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
     @app.on_rebalance_complete.connect
     async def check_starts(sender, **_) -> None:  # noqa: ANN001, ARG001
         inbox.nudge()
-    transactions = checkpoints = member = None
+    transactions = checkpoints = member = positions = None
     if exactly_once:
         transactions = BatchTransactions(new_producer, worker_transactional_id(
             app.conf.id, ws.instance_id, app.conf.datadir), ws.transaction_version)
@@ -164,6 +165,8 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
 
         checkpoints = Checkpointer(ks.topic(CHECKPOINTS), ws.checkpoint_interval_s,
                                    ws.checkpoint_keep, ws.checkpoint_keys_per_batch)
+        positions = PositionKeeper(ks.topic(ENTRIES))
+        metrics.positions = positions.lag
     on_assigned(app, ks, transactions, inbox.topic, inbox.topics, ks.topic(DIAGNOSTICS), state,
                 metrics, health, checkpoints, settle_timeout_s=ws.transaction_timeout_s + 30)
     processor = Processor(
@@ -173,8 +176,12 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         clock, max_batch=ws.max_batch, linger_s=ws.linger_ms / 1000,
         transactions=transactions, member=member, batch_stop_s=ws.shutdown_timeout_s / 2,
         metrics=metrics, health=health,
-        checkpoints=checkpoints,
+        checkpoints=checkpoints, positions=positions,
     )
+    if positions is not None:
+        processor.gap_watch = GapWatch(
+            positions, GapProbe(ks, f"{app.conf.id}-positions"), inbox.topic,
+            processor.standing, processor.committed.ends, inbox.nudge)
     app.task(processor.run)
     if transactions is not None:
         # a quiet partition's checkpoint has no input message to hold faust's stop (it waits
