@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from transcript_connector.entries_topic import parse_position_key
 from transcript_connector.partitioning import partition_for
 
 from tests.conftest import cli
@@ -60,10 +61,13 @@ def sinks(env, topics, tmp_path):
 
 def live_entries(ks: KafkaSettings) -> tuple[dict[str, str], Counter]:
     """What a read_committed reader of the entries topic counts: the latest value of each key
-    that is not a tombstone (key -> value), and how often each key occurs (tombstones too)."""
+    that is not a tombstone (key -> value), and how often each key occurs (tombstones too);
+    position records (DESIGN 1.3) are no entries."""
     latest: dict[str, str | None] = {}
     seen: Counter = Counter()
     for r in read(ks, ks.topic(ENTRIES)):
+        if parse_position_key(r.key) is not None:
+            continue
         k = r.key.decode()
         latest[k] = None if r.value is None else r.value.decode()
         seen[k] += 1
@@ -180,6 +184,18 @@ def test_the_sink_holds_what_a_read_committed_reader_counts(ks, env, workers, si
     sink = sinks(db)
     wait_sink_matches(db, expected, sink)
     assert count(db, "SELECT count(*) FROM skipped") == 0
+    # each partition's position is the furthest the topic holds, stored with the rows it covers
+    furthest: dict[int, int] = {}
+    for r in read(ks, ks.topic(ENTRIES)):
+        if (p := parse_position_key(r.key)) is not None:
+            furthest[p] = max(furthest.get(p, 0), json.loads(r.value)["input_offset"])
+    assert len(furthest) == 8
+    c = sqlite3.connect(db)
+    try:
+        stored = dict(c.execute("SELECT partition, input_offset FROM positions").fetchall())
+    finally:
+        c.close()
+    assert stored == furthest
 
     session = json.loads(next(iter(expected.values())))["session_key"]
     from_db = cli("show", session, "--db", str(db), "--json", env=env)
@@ -377,7 +393,7 @@ def test_the_rows_carry_the_workers_chain_and_show_verifies_a_session(ks, env, w
     c = sqlite3.connect(db)
     chains = c.execute("SELECT session_key, seq, chain FROM entries ORDER BY 1, 2").fetchall()
     c.executescript("ALTER TABLE entries DROP COLUMN chain; DROP TABLE rechain; "
-                    "PRAGMA user_version = 2;")
+                    "DROP TABLE positions; PRAGMA user_version = 2;")
     c.close()
     again = sinks(db, "--until-end", name="migrating")
     assert again.proc.wait(timeout=60) == 0, again.tail()

@@ -172,7 +172,7 @@ def test_a_database_of_another_topic_or_no_database_is_refused(tmp_path):
     c.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     c.execute("PRAGMA user_version = 7")
     c.close()
-    with pytest.raises(SinkError, match="sink database version 7, this sink writes version 3"):
+    with pytest.raises(SinkError, match="sink database version 7, this sink writes version 4"):
         SinkDB(newer, TOPIC)
 
 
@@ -473,3 +473,84 @@ def test_show_reads_a_session_from_the_database(tmp_path, capsys):
     assert "no entries for agent:ops:nobody" in capsys.readouterr().out
     assert main(["show", SK, "--db", str(tmp_path / "nope.db")]) == 2
     assert "no sink database" in capsys.readouterr().err
+
+
+# --- positions (DESIGN 1.3) ------------------------------------------------------------------
+
+
+def position(p: int, input_offset: int, control_offset: int = 0,
+             at: str = "2026-12-04T10:00:00.250Z", **extra) -> bytes:
+    return json.dumps({"schema": "input-position/1", "partition": p, "input_offset": input_offset,
+                       "control_offset": control_offset, "at": at, **extra}).encode()
+
+
+def stored_positions(d: SinkDB) -> list[tuple]:
+    return d.db.execute("SELECT partition, input_offset, control_offset, at, entries_offset "
+                        "FROM positions ORDER BY partition").fetchall()
+
+
+def test_a_position_record_moves_its_partitions_position_with_its_batch_never_a_row(tmp_path):
+    d = db(tmp_path)
+    done = d.apply({3: [Rec(0, key(1), value(entry(1))),
+                        Rec(1, b"position/3", position(3, 12, 2))]}, {})
+    assert (done.upserted, done.skipped, done.positions) == (1, 0, 1)
+    assert rows(d) == [(SK, 1, "send-1")] and d.counts() == (1, 0)
+    assert stored_positions(d) == [(3, 12, 2, "2026-12-04T10:00:00.250Z", 1)]
+    assert d.positions() == {3: (12, 2, "2026-12-04T10:00:00.250Z")}
+    # a later record further on; one behind in either offset never moves it back
+    d.apply({3: [Rec(2, b"position/3", position(3, 20, 2, "2026-12-04T10:00:01Z")),
+                 Rec(3, b"position/3", position(3, 15, 5, "2026-12-04T10:00:02+00:00"))]}, {3: 2})
+    assert stored_positions(d) == [(3, 20, 5, "2026-12-04T10:00:02.000Z", 3)]
+
+
+@pytest.mark.parametrize(("rec_key", "rec_value", "reason"), [
+    (b"position/3", position(4, 12), "position: key names partition 3, value 4"),
+    (b"position/4", position(4, 12), "position: key names partition 4, value 4, read from "
+                                     "partition 3"),
+    (b"position/3", position(3, "12"), "invalid position: input_offset: int_type"),
+    (b"position/3", position(3, -1), "invalid position: input_offset: greater_than_equal"),
+    (b"position/3", None, "position: a tombstone"),
+    (b"position/03", position(3, 12), "key: not <session_key>#<seq, 10 digits> nor position/"),
+])
+def test_a_position_that_claims_another_partition_or_is_invalid_is_skipped(tmp_path, rec_key,
+                                                                           rec_value, reason):
+    d = db(tmp_path)
+    done = d.apply({3: [Rec(7, rec_key, rec_value)]}, {})
+    assert (done.positions, done.skipped) == (0, 1)
+    assert stored_positions(d) == [] and d.offsets() == {3: 8}
+    (got,) = d.db.execute("SELECT reason FROM skipped").fetchall()
+    assert got[0].startswith(reason), got
+
+
+def test_a_batch_rolled_back_leaves_its_position_behind_with_its_rows(tmp_path):
+    """The rows and the position commit together: a batch that conflicts (another process moved
+    the partition) writes neither."""
+    d = db(tmp_path)
+    d.apply({3: [Rec(0, b"position/3", position(3, 5))]}, {})
+    with pytest.raises(OffsetConflict):
+        d.apply({3: [Rec(1, key(1), value(entry(1))), Rec(2, b"position/3", position(3, 9))]},
+                {3: 0})  # it holds 1 now
+    assert rows(d) == [] and stored_positions(d)[0][1] == 5
+
+
+def test_a_format_3_database_gets_an_empty_positions_table_and_keeps_its_rows(tmp_path, caplog):
+    path = tmp_path / "sink.db"
+    format_2(path, [entry(1), entry(2)], {0: 2})
+    c = sqlite3.connect(path)  # format 3: as format 2 with entries.chain and table rechain
+    c.executescript("ALTER TABLE entries ADD COLUMN chain TEXT; CREATE TABLE rechain (topic TEXT "
+                    "NOT NULL, partition INTEGER NOT NULL, until_offset INTEGER NOT NULL, "
+                    "PRIMARY KEY (topic, partition));")
+    c.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    c.execute("PRAGMA user_version = 3")
+    c.commit()
+    c.close()
+    caplog.set_level("INFO", logger="transcript_owner.sink")
+    d = SinkDB(path, TOPIC)
+    assert marks(path) == (APPLICATION_ID, 4)
+    assert rows(d) == [(SK, 1, "send-1"), (SK, 2, "send-2")] and d.offsets() == {0: 2}
+    assert d.rechain() == {} and stored_positions(d) == []
+    assert "migrated from sink format 3 to 4" in caplog.text
+    d.apply({0: [Rec(2, b"position/0", position(0, 40))]}, {0: 2})
+    assert d.positions()[0][0] == 40
+    d.reset()
+    assert stored_positions(d) == []

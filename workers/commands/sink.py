@@ -36,6 +36,7 @@ import threading
 import time
 from typing import Any
 
+from workers.commands import sink_metrics
 from workers.commands.sink_db import (
     APPLICATION_ID,
     SCHEMA_VERSION,
@@ -45,13 +46,17 @@ from workers.commands.sink_db import (
     SinkError,
     sink_format,
 )
+from workers.commands.sink_metrics import SinkGauges
 
 log = logging.getLogger("transcript_owner.sink")
+LOOK_EVERY_S = 1.0  # the gauges: positions and lag
 
 POLL_TIMEOUT_MS = 500
 MAX_BATCH = 5000  # records per poll, so per SQLite transaction
 REPORT_EVERY_S = 10.0
-PARTITIONS_CHECK_EVERY_S = 60.0  # manual assignment: partitions added to the topic are picked up
+# manual assignment: partitions added to the topic (a repartition) are picked up this often, from
+# metadata at most as old (reads bound to a position in them wait for it, DESIGN 1.3)
+PARTITIONS_CHECK_EVERY_S = 5.0
 
 
 # --- the command -----------------------------------------------------------------------------
@@ -77,6 +82,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--synchronous", choices=["normal", "full"], default="normal",
         help="SQLite synchronous mode (WAL either way; default normal: a power loss can roll "
              "back the last batches, rows and offsets together, and they are consumed again)")
+    parser.add_argument(
+        "--metrics-port", type=int, metavar="PORT",
+        help="serve /metrics (Prometheus: each partition's position, its age and the lag "
+             "behind the worker), /livez and /readyz on this port (0: any free one)")
+    parser.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                        help="the address --metrics-port listens on (default 127.0.0.1)")
 
 
 class _Stop:
@@ -99,18 +110,31 @@ def run(args: argparse.Namespace) -> int:
     stop = _Stop()
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    gauges = SinkGauges()
     try:
         if args.until_end and args.group:
             raise SinkError("--until-end reads every partition: it does not go with --group")
+        if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+            raise SinkError(f"--metrics-port {args.metrics_port}: not a port (0..65535)")
         db = SinkDB(args.path, topic, synchronous=args.synchronous)  # refuses another's db
     except SinkError as exc:
         print(f"sink: {exc}", file=sys.stderr)
         return 2
+    if args.metrics_port is not None:
+        try:
+            host, port = sink_metrics.serve(args.metrics_host, args.metrics_port,
+                                            gauges).getsockname()[:2]
+        except OSError as exc:
+            db.close()
+            print(f"sink: {exc}", file=sys.stderr)
+            return 2
+        log.info("metrics on http://%s:%s/metrics", host, port)
     try:
         if args.from_beginning:
             db.reset()
             log.info("--from-beginning: every row and stored offset of %s deleted", args.path)
-        return Sink(ks, db, topic, group=args.group, stop=stop, until_end=args.until_end).run()
+        return Sink(ks, db, topic, group=args.group, stop=stop, until_end=args.until_end,
+                    gauges=gauges).run()
     except SinkError as exc:
         print(f"sink: {exc}", file=sys.stderr)
         return 2
@@ -128,7 +152,8 @@ class Sink:
     """The consume loop: poll a batch, apply it in one transaction, repeat until stopped."""
 
     def __init__(self, ks, db: SinkDB, topic: str, *, group: str | None, stop: _Stop,  # noqa: ANN001
-                 until_end: bool = False) -> None:
+                 until_end: bool = False, gauges: SinkGauges | None = None) -> None:
+        self.gauges = gauges or SinkGauges()
         self.ks, self.db, self.topic, self.stop = ks, db, topic, stop
         self.until_end: dict | None = {} if until_end else None  # TopicPartition -> end offset
         self.group = f"{ks.topic_prefix}{group}" if group else None
@@ -145,7 +170,8 @@ class Sink:
 
         from workers.kafka_io import consumer
 
-        options: dict[str, Any] = dict(max_poll_records=MAX_BATCH)
+        options: dict[str, Any] = dict(max_poll_records=MAX_BATCH, metadata_max_age_ms=int(
+            PARTITIONS_CHECK_EVERY_S * 1000))
         if self.group:
             options.update(group_id=self.group)
         self.consumer = c = consumer(self.ks, **options)
@@ -234,7 +260,7 @@ class Sink:
 
     def _loop(self) -> None:
         c = self.consumer
-        last_report = last_check = time.monotonic()
+        last_report = last_check = last_look = time.monotonic()
         while not self.stop.requested:
             if self.until_end is not None and self._caught_up():
                 log.info("caught up with the end offsets at start (--until-end)")
@@ -266,11 +292,15 @@ class Sink:
                 self.totals.deleted += done.deleted
                 self.totals.skipped += done.skipped
                 self.totals.rechained += done.rechained
+                self.totals.positions += done.positions
                 if self.group:
                     self._commit_to_group(done.offsets)
             if self.rechain:
                 self._check_rechain()
             now = time.monotonic()
+            if now - last_look >= LOOK_EVERY_S or not polled:
+                self._look()
+                last_look = now
             if now - last_report >= REPORT_EVERY_S:
                 self._report()
                 last_report = now
@@ -281,6 +311,27 @@ class Sink:
                     log.info("%s has %d partitions now; assigning them all", self.topic,
                              len(parts))
                     self._assign(sorted(parts))
+
+    def _look(self) -> None:
+        """The gauges: each partition's position (from the database) and lag (the consumer's
+        high watermark, from its last fetch, less its position: no request)."""
+        g, c = self.gauges, self.consumer
+        g.positions = sink_metrics.ages(self.db.positions())
+        lag = {}
+        for tp in c.assignment():
+            high = c.highwater(tp)
+            try:
+                position = c.position(tp)
+            except Exception:  # noqa: BLE001  (revoked meanwhile: looked at again next time)
+                continue
+            if high is not None and position is not None:
+                lag[tp.partition] = max(0, high - position)
+        g.lag, g.partitions = lag, len(c.assignment())
+        t = self.totals
+        g.skipped = t.skipped
+        g.applied = t.upserted + t.deleted + t.skipped + t.positions
+        if lag and not any(lag.values()):
+            g.caught_up = True
 
     def _check_rechain(self) -> None:
         """Partitions read again after the migration to format 3 (SinkDB.rechain) whose
@@ -322,9 +373,10 @@ class Sink:
         elapsed = max(time.monotonic() - self._t0, 1e-9)
         rechained = f", {t.rechained} rows given their chain (read again)" if t.rechained else ""
         log.info("%s%d rows written, %d deleted, %d records skipped (invalid; see table "
-                 "skipped)%s, %d offset conflicts; %.0f records/s", "stopped: " if final else "",
-                 t.upserted, t.deleted, t.skipped, rechained, self.conflicts,
-                 (t.upserted + t.deleted + t.skipped) / elapsed)
+                 "skipped)%s, %d offset conflicts; %.0f records/s; %s",
+                 "stopped: " if final else "", t.upserted, t.deleted, t.skipped, rechained,
+                 self.conflicts, (t.upserted + t.deleted + t.skipped + t.positions) / elapsed,
+                 self.gauges.summary())
 
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SinkDB", "SinkError", "OffsetConflict", "Sink",

@@ -7,6 +7,9 @@ its formats and their migrations, and the one transaction a batch is written in:
     skipped(topic, partition, offset, reason)    records that were not materialised, and why
     rechain(topic, partition, until_offset)      partitions read again after a migration to
                                                  format 3, until that offset (see below)
+    positions(topic, partition, input_offset, control_offset, at, entries_offset)
+                                                 each partition's furthest position record
+                                                 (DESIGN 1.3), with the rows of its batch
 
 A row is an entry's identity, (session_key, seq): the table holds exactly the live entries, also
 two with one send_id (a send repeated after the worker's dedupe window is a new send, DESIGN 1.2).
@@ -26,7 +29,9 @@ tables' columns (FORMAT_TABLES):
   migrates on as from format 2;
 - format 2 (before 1.2) has no `chain`; `_migrate_to_3` adds the column and reads every
   partition again from its start, only to give the rows kept their chain (the rows do not
-  change meanwhile; why that is correct and what it costs: its docstring).
+  change meanwhile; why that is correct and what it costs: its docstring);
+- format 3 (before 1.3) has no `positions`; `_migrate_to_4` adds it, empty, and reads nothing
+  again: the workers' next position records (one per partition at least every 30 s) fill it.
 Any other database (another application's `entries`, a layout the sink did not make, a newer
 format, one holding another topic's offsets) is refused before anything is written,
 `--from-beginning` included.
@@ -35,7 +40,10 @@ A tombstone (value None) deletes the row of its key (`<session_key>#<seq>`). A r
 not a valid `transcript-entry/1` (not JSON, a missing or wrong field, a key that does not name
 the entry's session and seq) is skipped: one row in `skipped` (the reason names the field and
 the problem, never message text), counted in the periodic report and logged at WARNING without
-content; the sink goes on."""
+content; the sink goes on. A position record (`position/<p>`, DESIGN 1.3) is no row: it moves
+partition p's row of `positions` forward, in the same transaction as the rows before it, so a
+reader that sees a position there sees every row it covers (a position that is not valid, or
+names another partition, is skipped as above: it claims nothing)."""
 
 from __future__ import annotations
 
@@ -46,15 +54,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from transcript_connector.entries_topic import Delete, Upsert, classify
+from transcript_connector.entries_topic import Delete, Positioned, Upsert, classify
+from transcript_connector.sink_format import (
+    APPLICATION_ID,
+    POSITIONS_COLUMNS,
+    POSITIONS_DDL,
+    SCHEMA_VERSION,
+)
 
 from workers.core.errors import OwnerError
 
 log = logging.getLogger("transcript_owner.sink")
 
-APPLICATION_ID = 0x54524E53  # PRAGMA application_id of a sink database ("TRNS")
-SCHEMA_VERSION = 3  # its PRAGMA user_version; 1: an earlier sink's, without application_id;
-# 2: before entries.chain (1.2)
+# PRAGMA application_id ("TRNS") and user_version (the format) of a sink database: 1, an earlier
+# sink's, without application_id; 2, before entries.chain (1.2); 3, before positions (1.3)
 BUSY_TIMEOUT_MS = 30_000  # another process holding the write lock (a group sharing the file)
 MAX_REASON = 300
 
@@ -92,6 +105,7 @@ DDL = (
     PRIMARY KEY (topic, partition, "offset")
 )""",
     RECHAIN_DDL,
+    POSITIONS_DDL,
 )
 # the columns of the sink's tables in each format (1 and 2 share them; 3 adds entries.chain
 # and table rechain); a database may hold tables of its own beside them
@@ -100,12 +114,13 @@ _TABLES_1 = {
     "offsets": ("topic", "partition", "next_offset"),
     "skipped": ("topic", "partition", "offset", "reason"),
 }
-TABLES = {  # SCHEMA_VERSION's
+_TABLES_3 = {
     **_TABLES_1,
     "entries": (*_TABLES_1["entries"], "chain"),
     "rechain": ("topic", "partition", "until_offset"),
 }
-FORMAT_TABLES = {1: _TABLES_1, 2: _TABLES_1, 3: TABLES}
+TABLES = {**_TABLES_3, "positions": POSITIONS_COLUMNS}  # SCHEMA_VERSION's
+FORMAT_TABLES = {1: _TABLES_1, 2: _TABLES_1, 3: _TABLES_3, 4: TABLES}
 SEND_ID_SKIP = "send_id: the session already holds it"  # format 1's reason for such a skip
 
 UPSERT = (
@@ -119,6 +134,13 @@ SKIP = 'INSERT OR REPLACE INTO skipped (topic, partition, "offset", reason) VALU
 # a record read again after the migration to format 3 (before the partition's `until_offset`):
 # it gives the row holding exactly its value its chain, and changes nothing else
 RECHAIN = ("UPDATE entries SET chain = ? WHERE session_key = ? AND seq = ? AND entry_json = ?")
+# a partition's furthest position (DESIGN 1.3): offsets never move back; `at` and where it was
+# read are the last record's
+POSITION = ("INSERT INTO positions (topic, partition, input_offset, control_offset, at, "
+            "entries_offset) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (topic, partition) DO UPDATE "
+            "SET input_offset = max(input_offset, excluded.input_offset), "
+            "control_offset = max(control_offset, excluded.control_offset), "
+            "at = excluded.at, entries_offset = excluded.entries_offset")
 
 
 class SinkError(OwnerError):
@@ -182,6 +204,7 @@ class Applied:
     deleted: int = 0
     skipped: int = 0
     rechained: int = 0  # rows given their chain by a record read again (_migrate_to_3)
+    positions: int = 0  # position records applied (DESIGN 1.3)
     offsets: dict[int, int] = field(default_factory=dict)  # partition -> next offset stored
 
 
@@ -228,6 +251,8 @@ class SinkDB:
                 self._migrate_from_1()
             if found in (1, 2):
                 self._migrate_to_3(found)
+            if found in (1, 2, 3):
+                self._migrate_to_4(found)
             self.db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
@@ -306,9 +331,20 @@ class SinkDB:
                         "SELECT topic, partition, next_offset FROM offsets WHERE next_offset > 0")
         rewound = self.db.execute("UPDATE offsets SET next_offset = 0 WHERE next_offset > 0"
                                   ).rowcount
-        log.info("%s: migrated from sink format %d to %d (rows kept, column chain added); %d "
+        log.info("%s: migrated from sink format %d to 3 (rows kept, column chain added); %d "
                  "partitions are read again from their start so that the rows get their chain "
-                 "(rows unchanged meanwhile)", self.path, found, SCHEMA_VERSION, rewound)
+                 "(rows unchanged meanwhile)", self.path, found, rewound)
+
+    def _migrate_to_4(self, found: int) -> None:
+        """Format 3 (or older, just migrated to it) -> 4 in place, inside the caller's
+        transaction: table `positions` is made, empty. Nothing is read again: every worker
+        writes a position in each owned partition at least every 30 s (its heartbeat), so
+        each partition has one within that after the sink reads on; until then a read bound
+        to a position says it is stale, never that the rows are complete."""
+        self.db.execute(POSITIONS_DDL)
+        log.info("%s: migrated from sink format %d to %d (rows kept, table positions added); "
+                 "each partition's position comes with the worker's next position record",
+                 self.path, found, SCHEMA_VERSION)
 
     def close(self) -> None:
         self.db.close()
@@ -338,6 +374,7 @@ class SinkDB:
             self.db.execute("DELETE FROM offsets")
             self.db.execute("DELETE FROM skipped")
             self.db.execute("DELETE FROM rechain")
+            self.db.execute("DELETE FROM positions")
 
     def apply(self, batch: dict[int, list[Any]], expected: dict[int, int | None]) -> Applied:
         """One transaction: every record of `batch` (partition -> records in offset order) and
@@ -361,7 +398,7 @@ class SinkDB:
                 until = rechain.get(partition, 0)
                 for r in records:
                     if r.offset < until:
-                        self._rechain_one(r, done)
+                        self._rechain_one(partition, r, done)
                     else:
                         self._apply_one(partition, r, done)
                 if until and partition in done.offsets and done.offsets[partition] >= until:
@@ -384,8 +421,8 @@ class SinkDB:
         self.db.execute("DELETE FROM rechain WHERE topic = ? AND partition = ?",
                         (self.topic, partition))
         log.info("%s[%d]: read again up to offset %d, where it was when the database was "
-                 "migrated to format %d: its rows have their chain", self.topic, partition,
-                 until, SCHEMA_VERSION)
+                 "migrated to format 3: its rows have their chain", self.topic, partition,
+                 until)
 
     def _store_offset(self, partition: int, expected: int | None, new: int) -> bool:
         if expected is None:
@@ -398,8 +435,21 @@ class SinkDB:
                 "AND next_offset = ?", (new, self.topic, partition, expected))
         return cur.rowcount == 1
 
+    def positions(self) -> dict[int, tuple[int, int, str]]:
+        """Partition -> its furthest position (input offset, control offset, `at`)."""
+        return {p: (i, c, at) for p, i, c, at in self.db.execute(
+            "SELECT partition, input_offset, control_offset, at FROM positions WHERE topic = ?",
+            (self.topic,))}
+
     def _apply_one(self, partition: int, r: Any, done: Applied) -> None:
-        change = classify(r.key, r.value, r.headers)
+        change = classify(r.key, r.value, r.headers, partition, r.offset)
+        if isinstance(change, Positioned):
+            pos = change.position
+            at = pos.at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+            self.db.execute(POSITION, (self.topic, partition, pos.input_offset,
+                                       pos.control_offset, at, r.offset))
+            done.positions += 1
+            return
         if isinstance(change, Upsert):
             self.db.execute(UPSERT, change)
             done.upserted += 1
@@ -414,9 +464,13 @@ class SinkDB:
                     change.reason)
         log.debug("skipped record key=%r value=%r", r.key, (r.value or b"")[:200])
 
-    def _rechain_one(self, r: Any, done: Applied) -> None:
-        """A record the rows already reflect, read again for its chain (`_migrate_to_3`)."""
-        change = classify(r.key, r.value, r.headers)
+    def _rechain_one(self, partition: int, r: Any, done: Applied) -> None:
+        """A record the rows already reflect, read again for its chain (`_migrate_to_3`). A
+        position read again is applied (never moving back): it covers rows already there."""
+        change = classify(r.key, r.value, r.headers, partition, r.offset)
+        if isinstance(change, Positioned):
+            self._apply_one(partition, r, done)
+            return
         if isinstance(change, Upsert) and change.chain is not None:
             done.rechained += self.db.execute(
                 RECHAIN, (change.chain, change.session_key, change.seq, change.entry_json)
