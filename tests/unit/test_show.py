@@ -1,7 +1,11 @@
 """`show SESSION_KEY` and `forget`'s live-entry count select a session by its exact entry keys,
 never by a key prefix; `show`'s table view prints no control character (workers/commands/show.py,
-workers/commands/forget.py, parse_entry_key in workers/core/outputs.py). No broker: the topic
-is a list of records handed to the readers in place of `workers.kafka_io.read`."""
+workers/commands/forget.py, parse_entry_key in workers/core/outputs.py); `show` reads the
+session's home under the topic's own partition count, and `show --at` binds the read to a
+position (exit 3 when stale). No broker: the topic is a list of records handed to the readers in
+place of `workers.kafka_io.read`, its partition counts a pair in place of `show.topic_counts`,
+and a bound read's result is handed in place of `show.read_bound` (the reader itself is tested
+on the broker in connectors/python/tests/test_reader_*.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +15,14 @@ from collections import namedtuple
 
 import pytest
 from transcript_connector.chain import link, root
+from transcript_connector.entries_topic import Position
+from transcript_connector.errors import ReadError, StaleReadError
+from transcript_connector.partitioning import partition_for
+from transcript_connector.reader_plan import LATEST, At, ReadEntry, SessionRead, Unreadable
+from transcript_connector.records import TranscriptEntry
 
 from tests.unit.test_sink import FORMAT_1, Rec, entry, format_2, key, value
-from workers.cli import main
+from workers.cli import build_parser, main
 from workers.commands import forget, show
 from workers.commands.sink import APPLICATION_ID, SinkDB
 from workers.core.outputs import entry_key, parse_entry_key
@@ -57,10 +66,17 @@ PARTITION = topic(
 )
 
 
+def fake_topic(monkeypatch, records: list[Record], counts: tuple[int, int] = (8, 8)) -> None:
+    """`records` in place of the topic, for whichever partition a reader asks for; `counts` in
+    place of the cluster's metadata (the input's and the entries' partition counts)."""
+    monkeypatch.setattr("workers.kafka_io.read", lambda ks, t, *, partitions: iter(records))
+    monkeypatch.setattr(show, "topic_counts", lambda ks: counts)
+
+
 @pytest.fixture
 def partition(monkeypatch) -> list[Record]:
     """PARTITION in place of the topic, for whichever partition a reader asks for."""
-    monkeypatch.setattr("workers.kafka_io.read", lambda ks, t, *, partitions: iter(PARTITION))
+    fake_topic(monkeypatch, PARTITION)
     return PARTITION
 
 
@@ -276,17 +292,19 @@ def test_verify_cannot_run_on_a_database_still_read_again_after_its_migration(tm
 def test_verify_cannot_run_without_a_sink_database(tmp_path, capsys):
     import sqlite3
 
+    from workers.commands.sink import SCHEMA_VERSION
+
     newer = tmp_path / "newer.db"
     c = sqlite3.connect(newer)
     c.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-    c.execute("PRAGMA user_version = 4")
+    c.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     c.close()
     foreign = tmp_path / "foreign.db"
     c = sqlite3.connect(foreign)
     c.execute("CREATE TABLE entries (seq INTEGER, entry_json TEXT, chain TEXT)")
     c.close()
-    for path, reason in ((newer, "sink database version 4, this version reads versions up to "
-                                 "3"),
+    for path, reason in ((newer, f"sink database version {SCHEMA_VERSION + 1}, this version "
+                                 f"reads versions up to {SCHEMA_VERSION}"),
                          (foreign, "is not a sink database"),
                          (tmp_path / "missing.db", "no sink database at")):
         assert main(["show", SK, "--db", str(path), "--verify"]) == 2
@@ -299,7 +317,7 @@ def test_verify_from_the_topic_checks_compactions_view_with_its_headers(monkeypa
     too, and a tombstoned entry is a gap."""
     honest = chained(SK, range(1, 5))
     records = [Record(key(seq, SK), v, h) for seq, v, h in honest]
-    monkeypatch.setattr("workers.kafka_io.read", lambda ks, t, *, partitions: iter(records))
+    fake_topic(monkeypatch, records)
     assert main(["show", SK, "--verify"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
         "chain: verified 4 entries (0 written before the chain)")
@@ -312,3 +330,154 @@ def test_verify_from_the_topic_checks_compactions_view_with_its_headers(monkeypa
     assert "1 live records of the session are not valid entries" in err
     assert [line for line in err.splitlines() if line.startswith("chain:")] == [
         "chain: seq 2: the value names another session or seq than its key"]
+
+
+# --- show --at: a read bound to a position (DESIGN 1.3) --------------------------------------
+
+def session_read(records, unreadable=(), partition: int = 3) -> SessionRead:
+    """What the reader returns for `records` ((seq, value, headers), as `chained` makes)."""
+    entries = tuple(ReadEntry(seq, TranscriptEntry.model_validate_json(v), v,
+                              h[0][1].decode() if h else None) for seq, v, h in records)
+    return SessionRead(SK, partition, Position(partition, 10, 0, None, 99), 10, entries,
+                       tuple(unreadable))
+
+
+class FakeReader:
+    """`show.read_bound` answering `outcome` (a SessionRead, or an error it raises); the calls
+    it got."""
+
+    def __init__(self, outcome) -> None:
+        self.outcome, self.calls = outcome, []
+
+    def __call__(self, ks, session_key, at, timeout_s, database):
+        self.calls.append((session_key, at, timeout_s, database))
+        if isinstance(self.outcome, BaseException):
+            raise self.outcome
+        return self.outcome
+
+
+@pytest.mark.parametrize(("argv", "at", "timeout"), [
+    ([], None, None), (["--at", "latest"], LATEST, None), (["--at", "3:1200"], At(3, 1200), None),
+    (["--at", "0:0", "--timeout", "2.5"], At(0, 0), 2.5)])
+def test_at_and_timeout_are_parsed(argv, at, timeout):
+    args = build_parser("show").parse_args(["show", SK, *argv])
+    assert (args.at, args.timeout) == (at, timeout)
+
+
+@pytest.mark.parametrize(("argv", "named"), [
+    (["--at", "3"], "argument --at: '3': expected latest or PARTITION:OFFSET"),
+    (["--at", "LATEST"], "argument --at: 'LATEST': expected latest"),
+    (["--at=-1:5"], "argument --at: '-1:5': expected"),
+    (["--at", "1:2:3"], "argument --at: '1:2:3': expected"),
+    (["--at", "2147483648:0"], "argument --at: '2147483648:0': partition or offset out of range"),
+    (["--at", "latest", "--timeout", "0"], "argument --timeout: '0': expected seconds"),
+    (["--at", "latest", "--timeout", "nan"], "argument --timeout: 'nan': expected seconds"),
+    (["--at", "latest", "--timeout", "soon"], "argument --timeout: 'soon': expected seconds"),
+])
+def test_a_malformed_bound_exits_2_naming_it(monkeypatch, capsys, argv, named):
+    reader = FakeReader(AssertionError("never read"))
+    monkeypatch.setattr(show, "read_bound", reader)
+    with pytest.raises(SystemExit) as exited:
+        main(["show", SK, *argv])
+    out, err = capsys.readouterr()
+    assert exited.value.code == 2 and named in err and out == "" and not reader.calls
+
+
+def test_timeout_without_at_exits_2(capsys):
+    assert main(["show", SK, "--timeout", "3"]) == 2
+    assert capsys.readouterr() == ("", "show: --timeout applies to a read bound by --at\n")
+
+
+def test_a_stale_read_exits_3_with_the_reason_and_prints_no_transcript(monkeypatch, capsys):
+    error = StaleReadError(3, 100, 120, 2.5)
+    reader = FakeReader(error)
+    monkeypatch.setattr(show, "read_bound", reader)
+    for argv in (["--at", "latest"], ["--at", "3:119", "--timeout", "1", "--verify", "--json"]):
+        assert main(["show", SK, *argv]) == 3
+        assert capsys.readouterr() == ("", f"{error}\n")
+    assert reader.calls == [(SK, LATEST, None, None), (SK, At(3, 119), 1.0, None)]
+    assert str(error) == ("stale read: partition 3 reached input offset 100, needed 120; the "
+                          "worker's last position there is 2.5s old")
+
+
+def test_a_read_that_cannot_read_exits_2_with_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(show, "read_bound", FakeReader(ReadError(
+        "p.db: sink database format 3 has no positions: run a sink of this version on it first")))
+    assert main(["show", SK, "--at", "latest", "--db", "p.db"]) == 2
+    assert capsys.readouterr() == ("", "show: p.db: sink database format 3 has no positions: "
+                                       "run a sink of this version on it first\n")
+
+
+def test_a_bound_read_prints_and_verifies_what_it_returned(monkeypatch, capsys):
+    honest = chained(SK, range(1, 4))
+    monkeypatch.setattr(show, "read_bound", FakeReader(session_read(honest)))
+    assert main(["show", SK, "--at", "latest", "--verify"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 + 3 + 1 and "message 3" in out[4]
+    assert out[-1] == "chain: verified 3 entries (0 written before the chain)"
+    assert main(["show", SK, "--at", "latest", "--json"]) == 0
+    assert [json.loads(line)["seq"] for line in capsys.readouterr().out.splitlines()] == [1, 2, 3]
+
+    # a live value that is no entry of its key: not shown, but verified (a finding)
+    changed = Unreadable(2, b'{"not": "an entry"}', honest[1][2][0][1].decode(), "value: x")
+    read = session_read([honest[0], honest[2]], [changed])
+    monkeypatch.setattr(show, "read_bound", FakeReader(read))
+    assert main(["show", SK, "--at", "3:9", "--verify", "--json"]) == 1
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["seq"] for line in out.splitlines()] == [1, 3]
+    assert "1 live records of the session are not valid entries" in err
+    assert [line for line in err.splitlines() if line.startswith("chain:")] == [
+        "chain: seq 2: the value names another session or seq than its key"]
+
+
+def test_a_bound_read_of_a_database_shows_every_row_as_without_at(monkeypatch, capsys):
+    honest = chained(SK, range(1, 3))
+    changed = Unreadable(3, b"[1]", None, "value: x")
+    reader = FakeReader(session_read(honest, [changed]))
+    monkeypatch.setattr(show, "read_bound", reader)
+    assert main(["show", SK, "--at", "latest", "--db", "x.db"]) == 0
+    rows = capsys.readouterr().out.splitlines()[2:]
+    assert len(rows) == 3 and "[not a transcript entry]" in rows[2]
+    assert reader.calls == [(SK, LATEST, None, "x.db")]
+
+
+def test_the_topic_is_read_at_home_under_its_own_partition_count(monkeypatch, capsys):
+    """Issue 42: with TRANSCRIPT_PARTITIONS stale (8, the default) against a topic of 16, show
+    read partition_for(key, 8), printed nothing and exited 0."""
+    key = next(k for k in (f"agent:a:s{i}" for i in range(200))
+               if partition_for(k, 16) != partition_for(k, 8))
+    asked = []
+    records = [Record(entry_key(key, 1), entry_of(key, 1, "here"))]
+
+    def read(ks, topic, *, partitions):
+        asked.append(list(partitions))
+        return iter(records if asked[-1] == [partition_for(key, 16)] else [])
+
+    monkeypatch.setenv("TRANSCRIPT_PARTITIONS", "8")
+    monkeypatch.setattr("workers.kafka_io.read", read)
+    monkeypatch.setattr(show, "topic_counts", lambda ks: (16, 16))
+    assert main(["show", key, "--json"]) == 0
+    assert asked == [[partition_for(key, 16)]]
+    assert json.loads(capsys.readouterr().out)["text"] == "here"
+
+
+def test_while_a_repartition_is_in_progress_show_says_so_and_exits_2(monkeypatch, capsys):
+    fake_topic(monkeypatch, PARTITION, counts=(8, 16))
+    for argv in ([], ["--verify"], ["--json"]):
+        assert main(["show", K, *argv]) == 2
+        assert capsys.readouterr() == ("", (
+            "show: cannot tell the session's partition: a repartition is in progress: "
+            "delivery.confirmations has 8 partitions, transcript.entries 16; show it once the "
+            "move is over\n"))
+
+
+def test_the_readers_options_are_the_workers_kafka_settings():
+    ks = kafka_settings({"KAFKA_BOOTSTRAP": "127.0.0.1:9093", "TRANSCRIPT_TOPIC_PREFIX": "p.",
+                         "KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+                         "KAFKA_SASL_MECHANISM": "SCRAM-SHA-256",
+                         "KAFKA_SASL_USERNAME": "op", "KAFKA_SASL_PASSWORD": "pw"})
+    o = show.reader_options(ks)
+    assert (o.bootstrap, o.input_topic, o.entries_topic) == (
+        "127.0.0.1:9093", "p.delivery.confirmations", "p.transcript.entries")
+    assert o.kafka_kwargs()["sasl_plain_password"] == "pw"
+    assert o.who() == "KAFKA_SASL_USERNAME='op' (SASL SCRAM-SHA-256 over SASL_PLAINTEXT)"

@@ -1,4 +1,5 @@
-"""`transcript-owner show SESSION_KEY [--db PATH] [--verify]`: one session's transcript.
+"""`transcript-owner show SESSION_KEY [--at latest|P:O [--timeout S]] [--db PATH] [--verify]`:
+one session's transcript.
 
 With `--db PATH` it reads the session from a database that `transcript-owner sink sqlite PATH`
 keeps (one indexed query; as fresh as the sink's last batch).
@@ -8,7 +9,22 @@ read_committed. It must: the compacted topic has no index by session. A session'
 anywhere in its partition (compaction keeps the oldest records at the front, interleaved with
 every other session of the partition), and a tombstone that erases one can come at any later
 offset, so only the whole partition gives compaction's view of one session. That is a tool for
-an operator, not for a gateway: a reader that needs sessions per request runs the sink.
+an operator, not for a gateway: a reader that needs sessions per request runs the sink (or
+`transcript_connector.reader`). The partition is the session's home under the topic's own
+partition count, read from the cluster's metadata (never TRANSCRIPT_PARTITIONS: a stale count
+reads another partition and prints nothing); while the input and the entries topic have
+different counts, a repartition is in progress, and show says so and exits 2.
+
+Either way, what it prints may not hold a send confirmed a moment ago: the worker (or the sink)
+may not have got there yet. `--at` binds the read to a position (DESIGN 1.3): `latest` (every
+confirmation whose transaction was decided when show started: the input partition's last
+stable offset) or `P:O` (the delivery at input partition P, offset O, as a publisher's
+acknowledgement names it). It reads through the gateways' reader
+(`transcript_connector.reader.BlockingSessionReader`: the topic, or with `--db` the sink
+database, whose positions need sink format 4) and waits for the position up to `--timeout`
+seconds (default 10); when it is not reached by then it prints the stale-read line (partition,
+offset reached, offset needed, how old the worker's last position is) on stderr and exits 3,
+printing no transcript.
 
 Either way a session is its exact entry keys (`<session_key>#<10 digits>`, parsed by
 `parse_entry_key`) or its rows' `session_key`, never a key prefix: session `K#1` is not part of
@@ -31,7 +47,11 @@ forgeries appended after the last entry: there is no head to compare with here. 
 `chain: verified N entries (M written before the chain)`, or one `chain: seq S: problem` line
 per finding (to stderr with `--json`, so stdout stays JSON lines); exit 0 clean, 1 on any
 finding, 2 when it cannot verify (no sink database at PATH, one the sink did not make or newer,
-one still reading its partitions again after the migration to format 3).
+one still reading its partitions again after the migration to format 3). A bound read is
+verified the same way, over what it returned.
+
+Exit codes: 0 shown, 1 a chain finding (`--verify`), 2 cannot read (a malformed `--at`, no such
+database, a repartition in progress, Kafka refused: one line naming it), 3 a stale read.
 """
 
 from __future__ import annotations
@@ -41,9 +61,18 @@ import json
 import sqlite3
 import sys
 from pathlib import Path
-from typing import NamedTuple, TextIO
+from typing import TYPE_CHECKING, NamedTuple, TextIO
 
 from workers.topics import format_table
+
+if TYPE_CHECKING:
+    from transcript_connector.reader import ReaderOptions, SessionRead
+    from transcript_connector.reader_plan import Bound
+
+    from workers.settings import KafkaSettings
+
+STALE = 3  # the exit code of a read that did not reach its bound by its deadline
+MAX_TIMEOUT_S = 600.0
 
 # C0, DEL and C1 (CSI is \x9b), the line and paragraph separators, and the bidi formatting
 # characters (embeddings, overrides, isolates, marks): each shown as its escape
@@ -73,10 +102,40 @@ class Stored(NamedTuple):
         return self.value.decode("utf-8", "replace")
 
 
+def bound(text: str) -> Bound:
+    """`--at`'s value (argparse names the option in front of the reason)."""
+    from transcript_connector.reader_plan import parse_at
+
+    try:
+        return parse_at(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--at ")) from None
+
+
+def seconds(text: str) -> float:
+    """`--timeout`'s value: seconds, more than 0, at most MAX_TIMEOUT_S."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= MAX_TIMEOUT_S:  # also NaN
+        raise argparse.ArgumentTypeError(f"{text!r}: expected seconds, more than 0 and at most "
+                                         f"{MAX_TIMEOUT_S:.0f}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("session_key", metavar="SESSION_KEY",
                         help="canonical key, e.g. agent:ops:telegram:direct:42")
     parser.add_argument("--json", action="store_true", help="print entries as JSON lines")
+    parser.add_argument(
+        "--at", type=bound, metavar="latest|P:O",
+        help="bind the read to a position: `latest` (every confirmation decided when show "
+             "starts) or P:O (the delivery at input partition P, offset O); wait for it, and "
+             "exit 3 with the reason when it is not reached by --timeout")
+    parser.add_argument(
+        "--timeout", type=seconds, metavar="S",
+        help="with --at: seconds to wait for the position (default 10)")
     parser.add_argument(
         "--db", metavar="PATH",
         help="read from a sink database (transcript-owner sink sqlite PATH) instead of "
@@ -90,39 +149,112 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "checks those against the worker's state")
 
 
+class Shown(NamedTuple):
+    """What show prints: the entries (seq order), the live values that are no valid entry of
+    their key (from the topic: not shown, but verified), how many rows have a seq that is not a
+    whole number (--db: left out), and where it read."""
+
+    stored: list[Stored]
+    invalid: list[Stored]
+    odd: int
+    where: str
+
+
 def run(args: argparse.Namespace) -> int:
-    odd = 0  # --db: rows whose seq is not a whole number (no row the sink wrote)
-    if args.db is not None:
-        try:
-            stored, odd = from_db(args.db, args.session_key, verify=args.verify)
-        except LookupError as exc:
-            print(f"show: {visible(exc)}", file=sys.stderr)
-            return 2
-        invalid: list[Stored] = []
-        where = args.db
-        if odd:
-            print(f"show: {odd} rows of the session have a seq that is not a whole number "
-                  "(not shown)", file=sys.stderr)
-    else:
-        stored, partition, invalid = from_topic(args.session_key)
-        where = f"partition {partition}"
-        if invalid:
-            print(f"show: {len(invalid)} live records of the session are not valid entries of "
-                  "their key (not shown; the sink skips them too)", file=sys.stderr)
+    from transcript_connector.errors import ConnectorError, StaleReadError
+
+    if args.at is None and args.timeout is not None:
+        print("show: --timeout applies to a read bound by --at", file=sys.stderr)
+        return 2
+    try:
+        shown = read_shown(args)
+    except StaleReadError as exc:  # nothing printed as if it were the whole session
+        print(visible(exc), file=sys.stderr)
+        return STALE
+    except (ConnectorError, LookupError) as exc:
+        print(f"show: {visible(exc)}", file=sys.stderr)
+        return 2
+    if shown.odd:
+        print(f"show: {shown.odd} rows of the session have a seq that is not a whole number "
+              "(not shown)", file=sys.stderr)
+    if shown.invalid:
+        print(f"show: {len(shown.invalid)} live records of the session are not valid entries of "
+              "their key (not shown; the sink skips them too)", file=sys.stderr)
     if args.json:
-        for s in stored:
+        for s in shown.stored:
             print(s.text)
-    elif not stored:
-        print(visible(f"no entries for {args.session_key} ({where})"))
+    elif not shown.stored:
+        print(visible(f"no entries for {args.session_key} ({shown.where})"))
     else:
         print(format_table(
-            [tuple(visible(cell) for cell in _cells(s)) for s in stored],
+            [tuple(visible(cell) for cell in _cells(s)) for s in shown.stored],
             ("epoch", "seq", "delivered_at", "source", "posted by", "text"),
         ))
     if not args.verify:
         return 0
-    return report(args.session_key, [*stored, *invalid], odd,
+    return report(args.session_key, [*shown.stored, *shown.invalid], shown.odd,
                   sys.stderr if args.json else sys.stdout)
+
+
+def read_shown(args: argparse.Namespace) -> Shown:
+    """The session as the arguments ask: bound (--at), from the database, or from the topic.
+    Raises LookupError or ConnectorError (StaleReadError: not reached)."""
+    if args.at is not None:
+        return shown_bound(args)
+    if args.db is not None:
+        stored, odd = from_db(args.db, args.session_key, verify=args.verify)
+        return Shown(stored, [], odd, args.db)
+    stored, partition, invalid = from_topic(args.session_key)
+    return Shown(stored, invalid, 0, f"partition {partition}")
+
+
+def shown_bound(args: argparse.Namespace) -> Shown:
+    """A read bound by --at, through the gateways' reader. From the database, every row is
+    shown (one that is no entry as such), as without --at."""
+    from workers.settings import kafka_settings
+
+    ks = kafka_settings()  # a SettingsError is reported by the CLI (exit 2)
+    if args.db is not None and args.verify:
+        check_verifiable(args.db)
+    read = read_bound(ks, args.session_key, args.at, args.timeout, args.db)
+    entries = [Stored(e.seq, e.value, e.chain) for e in read.entries]
+    unreadable = [Stored(u.seq, u.value, u.chain) for u in read.unreadable]
+    if args.db is not None:
+        return Shown(sorted(entries + unreadable), [], 0, args.db)
+    return Shown(entries, unreadable, 0, f"partition {read.partition}")
+
+
+def read_bound(ks: KafkaSettings, session_key: str, at: Bound, timeout_s: float | None,
+               database: str | None) -> SessionRead:
+    """One read bound by `at` (transcript_connector.reader), from the topic or `database`."""
+    from transcript_connector.reader import BlockingSessionReader
+
+    with BlockingSessionReader(reader_options(ks), database=database) as reader:
+        return reader.read(session_key, at=at, timeout_s=timeout_s)
+
+
+def reader_options(ks: KafkaSettings) -> ReaderOptions:
+    """The worker's Kafka settings as a reader's options (the same variables)."""
+    from transcript_connector.reader import ReaderOptions
+
+    return ReaderOptions(
+        bootstrap=ks.bootstrap, topic_prefix=ks.topic_prefix, client_id="transcript-owner-show",
+        security_protocol=ks.security_protocol, sasl_mechanism=ks.sasl_mechanism or "PLAIN",
+        sasl_username=ks.sasl_username, sasl_password=ks.sasl_password,
+        ssl_cafile=ks.ssl_cafile, ssl_certfile=ks.ssl_certfile, ssl_keyfile=ks.ssl_keyfile)
+
+
+def topic_counts(ks: KafkaSettings) -> tuple[int, int]:
+    """The partition counts of the input and the entries topic, from the cluster's metadata
+    (ReadError: a topic missing or not described to this principal)."""
+    from transcript_connector.reader_kafka import Cluster
+
+    options = reader_options(ks)
+    cluster = Cluster(options, options.kafka_kwargs())
+    try:
+        return cluster.counts()
+    finally:
+        cluster.close()
 
 
 def _cells(s: Stored) -> tuple[object, ...]:
@@ -176,12 +308,7 @@ def from_db(path: str, session_key: str, *, verify: bool = False) -> tuple[list[
                 raise LookupError(f"{path}: sink database version {found}, this version reads "
                                   f"versions up to {SCHEMA_VERSION}")
             if verify and found >= 3:
-                pending = db.execute("SELECT count(*) FROM rechain").fetchone()[0]
-                if pending:
-                    raise LookupError(
-                        f"cannot verify: {path} was migrated to sink format 3 and its sink is "
-                        f"still reading {pending} partitions again, giving the rows their "
-                        "chain; verify once it has caught up")
+                _rechained(db, path)
             chain = "chain" if found >= 3 else "NULL"  # formats 1 and 2: no chain column
             db.text_factory = bytes  # entry_json as stored, also bytes that are not UTF-8
             rows = db.execute(f"SELECT seq, entry_json, {chain} FROM entries "
@@ -193,6 +320,34 @@ def from_db(path: str, session_key: str, *, verify: bool = False) -> tuple[list[
     stored = [Stored(seq, _bytes(text), _text(chain)) for seq, text, chain in rows
               if type(seq) is int]
     return stored, len(rows) - len(stored)
+
+
+def _rechained(db: sqlite3.Connection, path: str) -> None:
+    """LookupError while the sink still reads partitions again after the migration to format
+    3 (rows without their chain yet: a verify would report them)."""
+    pending = db.execute("SELECT count(*) FROM rechain").fetchone()[0]
+    if pending:
+        raise LookupError(
+            f"cannot verify: {path} was migrated to sink format 3 and its sink is still reading "
+            f"{pending} partitions again, giving the rows their chain; verify once it has "
+            "caught up")
+
+
+def check_verifiable(path: str) -> None:
+    """`_rechained` before a bound read of a database (which the reader checks otherwise)."""
+    p = Path(path)
+    if not p.is_file():
+        return  # the reader names it
+    try:
+        db = sqlite3.connect(f"{p.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            if db.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table' "
+                          "AND name = 'rechain'").fetchone()[0]:
+                _rechained(db, path)
+        finally:
+            db.close()
+    except sqlite3.DatabaseError:
+        return  # not a database: the reader names it
 
 
 def _bytes(cell: object) -> bytes:
@@ -212,19 +367,25 @@ def _text(cell: object) -> str | None:
 
 def from_topic(session_key: str) -> tuple[list[Stored], int, list[Stored]]:
     """The session's live entries (compaction's view: the latest value per key, with its
-    `chain` header) in seq order, read from the whole of its partition; the partition; and
-    the live values that are not valid entries of their key (the sink skips them)."""
-    from transcript_connector.partitioning import partition_for
-
+    `chain` header) in seq order, read from the whole of its partition (its home under the
+    topic's own count); the partition; and the live values that are not valid entries of their
+    key (the sink skips them). ReadError while a repartition is in progress."""
     from transcript_connector.entries_topic import Upsert, chain_header, classify
+    from transcript_connector.errors import ReadError
+    from transcript_connector.partitioning import partition_for
+    from transcript_connector.reader_plan import repartition_reason
 
     from workers.core.outputs import ENTRIES, parse_entry_key
     from workers.kafka_io import read
-    from workers.settings import kafka_settings, worker_settings
+    from workers.settings import kafka_settings
 
-    ks, ws = kafka_settings(), worker_settings()  # a SettingsError is reported by the CLI (exit 2)
+    ks = kafka_settings()  # a SettingsError is reported by the CLI (exit 2)
+    inputs, entries = topic_counts(ks)  # the topic's count: TRANSCRIPT_PARTITIONS may be stale
+    if inputs != entries:
+        raise ReadError("cannot tell the session's partition: "
+                        f"{repartition_reason(inputs, entries)}; show it once the move is over")
     latest: dict[int, tuple[bytes, bytes | None, object]] = {}  # seq -> compaction's view
-    partition = partition_for(session_key, ws.partitions)
+    partition = partition_for(session_key, inputs)
     for r in read(ks, ks.topic(ENTRIES), partitions=[partition]):
         parsed = parse_entry_key(r.key)
         if parsed is not None and parsed[0] == session_key:
