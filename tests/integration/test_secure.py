@@ -40,6 +40,7 @@ from tests.conftest import ROOT, cli
 from tests.integration.harness import (
     Collector,
     WorkerProcess,
+    entry_records,
     poll_until,
     replay_entries,
     without_written_at,
@@ -264,7 +265,7 @@ def test_the_exactly_once_worker_end_to_end_as_its_own_principal(as_user, secure
         if w.alive():
             w.kill()
     # the whole topic once the worker is gone, read_committed by the reader: each entry once
-    got = sorted((json.loads(r.value) for r in read(reader, reader.topic(ENTRIES))),
+    got = sorted((json.loads(r.value) for r in entry_records(reader)),
                  key=lambda e: (e["session_key"], e["seq"]))
     expected = sorted(replay_entries([s.value for s in scenario], as_user("worker")),
                       key=lambda e: (e["session_key"], e["seq"]))
@@ -355,6 +356,63 @@ def test_a_connector_cannot_read_the_entries_and_a_reader_cannot_write_them(as_u
         assert check.end_offsets([part0]) == {part0: 1}  # nothing was written
     finally:
         check.close()
+
+
+def test_a_reader_reads_bound_to_a_position_and_no_connector_or_reader_can_forge_one(
+        as_user, secure, applied, prefix, tmp_path):
+    """DESIGN 1.3 on the secured broker: the reader principal, with topics.yaml's ACLs only
+    (Describe on the input, Read on entries and the layout), reads a session bound to a
+    connector's delivery and to latest; neither the connector nor the reader may write
+    transcript.entries, so neither can forge an entry or a position record there."""
+    import asyncio
+
+    from transcript_connector import build_confirmation
+    from transcript_connector.entries_topic import position_key, position_value
+    from transcript_connector.publisher import ConfirmationPublisher, publisher_options_from_env
+    from transcript_connector.reader import LATEST, BlockingSessionReader, reader_options_from_env
+
+    key = "agent:ops:telegram:direct:bound"
+    record = build_confirmation(
+        send_id="bound-1", confirmed_at="2026-05-01T12:00:00Z", agent_id="ops", session_key=key,
+        route={"channel": "telegram", "peer_kind": "direct", "peer_id": "bound"},
+        origin={"kind": "message_tool"}, payload={"text": "hello"},
+        receipt={"platform_message_ids": ["1"]})
+
+    async def publish():  # noqa: ANN202
+        async with ConfirmationPublisher(publisher_options_from_env(as_user("connector"))) as p:
+            return await p.publish(record)
+
+    w = WorkerProcess(as_user("worker"), tmp_path / "state", tmp_path / "worker.log").start()
+    try:
+        delivery = asyncio.run(publish())
+        with BlockingSessionReader(reader_options_from_env(as_user("reader"))) as reader:
+            for at in (delivery, LATEST):
+                read = reader.read(key, at=at, timeout_s=120)
+                assert [e.entry.send_id for e in read.entries] == ["bound-1"], at
+                assert read.position.input_offset > delivery.offset
+        assert w.stop() == 0, w.tail()
+    finally:
+        if w.alive():
+            w.kill()
+    topic = prefix + ENTRIES
+    forged = position_value(0, 10**9, 0, datetime.now(UTC))
+    for user in ("connector", "reader"):
+        writer = KafkaProducer(**kafka_settings(as_user(user)).kafka_python_kwargs(),
+                               enable_idempotence=False, max_block_ms=10000)
+        try:
+            with pytest.raises(TopicAuthorizationFailedError):
+                writer.send(topic, key=position_key(0), value=forged, partition=0).get(timeout=20)
+        finally:
+            writer.close()
+    positions = [r for r in read_all_entries(as_user("admin")) if r.key == position_key(0)]
+    assert positions and all(b'"input_offset":1000000000' not in r.value for r in positions)
+
+
+def read_all_entries(env: dict[str, str]) -> list:
+    from workers.kafka_io import read
+
+    ks = kafka_settings(env)
+    return list(read(ks, ks.topic(ENTRIES)))
 
 
 def test_only_the_operator_erases(as_user, secure, applied, prefix, tmp_path):

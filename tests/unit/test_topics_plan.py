@@ -183,7 +183,15 @@ def test_repo_acls_give_each_principal_what_it_needs_and_no_more():
     assert not "p.blue.connector-x".startswith("p.blue-")
     assert _bindings(acls, "User:reader") == {
         ("topic", "p.transcript.entries", "literal", "Read"),
-        ("topic", "p.transcript.entries", "literal", "Describe")}
+        ("topic", "p.transcript.entries", "literal", "Describe"),
+        # a bound read (DESIGN 1.3): the input's partition count and last stable offsets;
+        # nothing that writes, so no entry and no position can be forged by a reader
+        ("topic", "p.delivery.confirmations", "literal", "Describe"),
+        ("topic", "p.transcript.layout", "literal", "Read"),  # the earlier partition counts
+        ("topic", "p.transcript.layout", "literal", "Describe"),
+        # the TypeScript reader's throw-away groups (kafkajs cannot assign partitions itself)
+        ("group", "p.blue.reader-", "prefixed", "Read"),
+        ("group", "p.blue.reader-", "prefixed", "Delete")}
     # the only principal that may erase (DESIGN 1.2): no connector writes transcript.control
     assert _bindings(acls, "User:operator") == {
         ("topic", "p.transcript.control", "literal", "Write"),
