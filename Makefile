@@ -124,7 +124,7 @@ CONNECTOR_SOURCES := $(shell find $(CONNECTOR)/src $(CONNECTOR)/test $(CONNECTOR
 connector: $(CONNECTOR)/build/.built
 
 $(CONNECTOR)/node_modules/.installed: $(CONNECTOR)/package.json $(CONNECTOR)/package-lock.json
-	cd $(CONNECTOR) && npm ci --no-audit --no-fund
+	cd $(CONNECTOR) && headers=$$(node -p 'require("path").resolve(process.execPath, "../..")') && if [ -z "$${npm_config_nodedir:-}" ] && [ -f "$$headers/include/node/node.h" ]; then export npm_config_nodedir="$$headers"; fi && npm ci --no-audit --no-fund
 	touch $@
 
 $(CONNECTOR)/build/.built: $(CONNECTOR)/node_modules/.installed $(CONNECTOR_SOURCES)
@@ -132,13 +132,15 @@ $(CONNECTOR)/build/.built: $(CONNECTOR)/node_modules/.installed $(CONNECTOR_SOUR
 	touch $@
 
 # the session-key parity vectors (schemas/vectors/session_keys.json), the hash-chain vectors
-# (schemas/vectors/chain.json) and the TypeScript port's tables of Python's str functions, all
-# from this Python; commit what changed
+# (schemas/vectors/chain.json), the entries topic's record vectors (schemas/vectors/positions.json,
+# and the TypeScript suite's extra cases) and the TypeScript port's tables of Python's str
+# functions, all from this Python; commit what changed
 vectors: install
 	$(PY) $(CONNECTOR)/scripts/pyunicode_tables.py
 	$(PY) schemas/vectors/generate.py
 	$(PY) schemas/vectors/chain.py
 	$(PY) schemas/vectors/positions.py
+	$(PY) $(CONNECTOR)/scripts/entries_cases.py
 
 test-unit: install
 	$(PY) -m pytest tests/unit -q

@@ -135,6 +135,17 @@ def test_the_chain_vectors_file_is_current() -> None:
     assert chain_vectors.render() == current, "stale: run `make vectors`"
 
 
+@pytest.mark.parametrize("script", [ROOT / "schemas/vectors/positions.py",
+                                    ROOT / "connectors/typescript/scripts/entries_cases.py"])
+def test_the_position_vectors_and_the_entries_cases_are_current(script: Path) -> None:
+    """schemas/vectors/positions.json (both connectors' reading of transcript.entries) and
+    the TypeScript suite's extra entries cases are what their scripts write from
+    transcript_connector.entries_topic now."""
+    done = subprocess.run([sys.executable, str(script), "--check"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
 def test_the_typescript_unicode_tables_are_current() -> None:
     """src/pyunicode-tables.ts is what the script writes from the pinned Python module."""
     done = subprocess.run([sys.executable, str(TABLES_SCRIPT), "--check"], capture_output=True,

@@ -1,102 +1,41 @@
-// Read one session's transcript as a read_committed reader sees it now, and print its entries
-// as JSON lines, in order.
+// Read one session's transcript as a reply turn reads it, bound to LATEST (DESIGN 1.3): every
+// confirmation published to the session's input partition before the read started is in what it
+// prints, or it says it cannot tell. Entries as JSON lines, in order.
 //
-//     node build/examples/read-session.js 'agent:ops:telegram:direct:u1'
+//     node build/examples/read-session.js 'agent:ops:telegram:direct:u1' [--at latest|P:O] [--timeout S]
 //
-// Configured like the worker (KAFKA_BOOTSTRAP, TRANSCRIPT_TOPIC_PREFIX, TRANSCRIPT_PARTITIONS, and
-// the KAFKA_SECURITY_PROTOCOL / SASL / SSL variables). A session's entries are all in one partition
-// of transcript.entries, partitionFor(key, N), keyed `<session_key>#<seq, 10 digits>`: the reader
-// reads that partition only, from its start to the end offset it had when the reader started.
-// kafkajs has no manual assignment, so it joins a throw-away consumer group whose assignor hands it
-// that one partition, commits nothing, and deletes the group when done.
+// Configured like the worker (KAFKA_BOOTSTRAP, TRANSCRIPT_TOPIC_PREFIX and the
+// KAFKA_SECURITY_PROTOCOL / SASL / SSL variables); TRANSCRIPT_SINK_DATABASE reads a sink database
+// instead of the topic. It reads through SessionReader: the input partition's last stable offset
+// when it starts, then transcript.entries (or the database) until the worker's position there has
+// reached it. `--at P:O` binds the read to a delivery instead (a publisher's acknowledgement).
 //
-// A session key may hold `#`, so the session's entries are its exact keys (parseEntryKey), never a
-// key prefix: session `K#1`'s keys start with `K#` too. It prints compaction's view (the latest
-// value per key; a tombstone erases one; a value that is no entry of its key is left out), each
-// line with the characters a terminal would act on (C0 and C1 controls, bidi overrides) written as
-// \u escapes: the same JSON value, nothing in it that can drive the terminal.
+// Exit codes: 0 read; 3 the session's hash chain has a finding (DESIGN 1.2 "Tamper evidence":
+// a changed, removed, inserted or reordered entry; not a cut-off end, which `transcript-owner
+// audit` checks); 4 a stale read: the position was not reached by the deadline (the message on
+// stderr names the partition, both positions and how old the worker's last position is); 2 usage;
+// 1 any other error (no broker, no such topic or database).
 //
-// It checks the session's hash chain over those live entries (their `chain` headers; DESIGN 1.2
-// "Tamper evidence") and prints each finding on stderr, exiting 3 when there is one. From the
-// entries alone: a changed, removed, inserted or reordered entry, not a cut-off end or entries
-// appended and chained again; `transcript-owner audit` checks those against the worker's head.
-import { randomUUID } from "node:crypto";
+// A line holds every character a terminal would act on (C0 and C1 controls, bidi overrides)
+// written as its \u escape: the same JSON value, nothing in it that can drive the terminal.
 import { pathToFileURL } from "node:url";
 
-import { AssignerProtocol, Kafka, logLevel, type PartitionAssigner } from "kafkajs";
-
 import {
-  CHAIN_HEADER,
   canonicalSessionKey,
-  partitionFor,
-  publisherOptionsFromEnv,
+  LATEST,
+  parseBound,
+  positionAgeS,
   pyLower,
   pyStrip,
-  type VerifiedSession,
+  type ReadBound,
+  type SessionRead,
+  SessionReader,
+  StaleReadError,
   verifySession,
 } from "@transcript-owner/connector";
 
-const onePartition = (topic: string, partition: number): PartitionAssigner => () => ({
-  name: "OnePartition",
-  version: 1,
-  async assign({ members }) {
-    return members.map((m, i) => ({
-      memberId: m.memberId,
-      memberAssignment: AssignerProtocol.MemberAssignment.encode({
-        version: 1, assignment: i === 0 ? { [topic]: [partition] } : {}, userData: Buffer.alloc(0),
-      }),
-    }));
-  },
-  protocol({ topics }) {
-    return { name: "OnePartition", metadata: AssignerProtocol.MemberMetadata.encode({ version: 1, topics, userData: Buffer.alloc(0) }) };
-  },
-});
-
-/** `<session_key>#<seq, 10 digits>` -> its session and seq, or null (DESIGN 1.2). */
-export function parseEntryKey(key: string): { sessionKey: string; seq: number } | null {
-  const m = /^([\s\S]+)#([0-9]{10})$/.exec(key);
-  return m ? { sessionKey: m[1]!, seq: Number(m[2]) } : null;
-}
-
-/** A record of transcript.entries: its key, value (null: a tombstone) and `chain` header. */
-export interface EntryRecord {
-  key: string;
-  value: string | Uint8Array | null;
-  chain?: string | Uint8Array | null;
-}
-
-/** The latest record of each of `session`'s exact keys among `records` (in offset order), by seq. */
-function latest(session: string, records: Iterable<EntryRecord>): [number, EntryRecord][] {
-  const bySeq = new Map<number, EntryRecord>();
-  for (const record of records) {
-    const parsed = parseEntryKey(record.key);
-    if (parsed?.sessionKey === session) bySeq.set(parsed.seq, record);
-  }
-  return [...bySeq].sort(([a], [b]) => a - b);
-}
-
-/** The live entries of `session` among `records` (in offset order), in seq order: the latest
- * value of each of its exact keys, when that is an entry of that session and seq. */
-export function liveEntries(session: string, records: Iterable<EntryRecord>): unknown[] {
-  const entries: unknown[] = [];
-  for (const [seq, { value }] of latest(session, records)) {
-    let e: unknown;
-    try {
-      e = value === null ? null : JSON.parse(typeof value === "string" ? value : Buffer.from(value).toString("utf8"));
-    } catch {
-      continue; // not JSON: the sink skips it too
-    }
-    const fields = e as { session_key?: unknown; seq?: unknown } | null;
-    if (typeof e === "object" && fields?.session_key === session && fields.seq === seq) entries.push(e);
-  }
-  return entries;
-}
-
-/** The session's chain over its live values (every one, also those liveEntries leaves out). */
-export function verifyEntries(session: string, records: Iterable<EntryRecord>): VerifiedSession {
-  return verifySession(session, latest(session, records).flatMap(([seq, { value, chain }]) =>
-    value === null ? [] : [{ seq, value: typeof value === "string" ? Buffer.from(value) : value, chain: chain ?? null }]));
-}
+export const EXIT_CHAIN = 3;
+export const EXIT_STALE = 4;
 
 const UNSAFE = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
 
@@ -108,70 +47,84 @@ export function visible(text: string): string {
 /** One entry as a JSON line that a terminal prints as text: the same JSON value. */
 export const jsonLine = (entry: unknown): string => visible(JSON.stringify(entry));
 
-async function main(raw: string, timeoutMs = 30_000): Promise<number> {
-  const options = publisherOptionsFromEnv();
+/** Prints a read (entries on `out`, the position and the chain check on `err`); the exit code. */
+export function report(read: SessionRead, out: (line: string) => void, err: (line: string) => void): number {
+  for (const e of read.entries) out(jsonLine(JSON.parse(e.entryJson)));
+  const { position } = read;
+  const age = positionAgeS(position);
+  err(`position: partition ${position.partition}, input offset ${position.inputOffset}`
+    + (age === null ? " (no position written)" : ` (written ${age.toFixed(1)}s ago)`));
+  const verified = verifySession(read.sessionKey, read.chainEntries);
+  for (const f of verified.findings) err(`chain: seq ${f.seq}: ${f.problem}`);
+  err(`chain: ${verified.chained} entries chained, ${verified.unchained} written before the chain, `
+    + `${verified.findings.length} findings`);
+  return verified.ok ? 0 : EXIT_CHAIN;
+}
+
+/** The canonical key of a full `agent:<agent_id>:…` key (a key that names no agent is refused). */
+export function sessionKeyOf(raw: string): string {
   // a full key names its own agent (the agent id given is then never used): refuse any other
   if (pyLower(pyStrip(raw.split(":")[0] ?? "")) !== "agent" || !raw.includes(":")) {
     throw new Error("give a full agent:<agent_id>:… key");
   }
-  const session = canonicalSessionKey(raw, "a");
-  const topic = `${options.topicPrefix ?? ""}transcript.entries`;
-  const partition = partitionFor(session, options.partitions!);
-  const kafka = new Kafka({ brokers: options.brokers, ssl: options.ssl, sasl: options.sasl, logLevel: logLevel.WARN });
-  const admin = kafka.admin();
-  await admin.connect();
-  const offsets = await admin.fetchTopicOffsets(topic);
-  const end = BigInt(offsets.find((o) => o.partition === partition)?.high ?? "0");
-  const start = BigInt(offsets.find((o) => o.partition === partition)?.low ?? "0");
-  const records: EntryRecord[] = [];
-  if (end > start) {
-    const groupId = `read-session-${randomUUID()}`;
-    const consumer = kafka.consumer({ groupId, readUncommitted: false, partitionAssigners: [onePartition(topic, partition)] });
-    await consumer.connect();
-    await consumer.subscribe({ topic, fromBeginning: true });
-    const done = new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`offset ${end} not reached in ${timeoutMs} ms (an open transaction?)`)), timeoutMs);
-      // after each fetched batch, records and transaction markers alike: stop at the end offset
-      consumer.on(consumer.events.END_BATCH_PROCESS, ({ payload }) => {
-        if (payload.partition === partition && BigInt(payload.lastOffset) + 1n >= end) {
-          clearTimeout(timer);
-          resolve();
+  return canonicalSessionKey(raw, "a");
+}
+
+async function main(raw: string, bound: ReadBound, timeoutMs: number): Promise<number> {
+  const session = sessionKeyOf(raw);
+  const sinkDatabase = process.env.TRANSCRIPT_SINK_DATABASE?.trim();
+  const reader = SessionReader.fromEnv(process.env, sinkDatabase ? { sinkDatabase } : {});
+  try {
+    await reader.connect();
+    const read = await reader.read(session, bound, { timeoutMs });
+    return report(read, (line) => process.stdout.write(`${line}\n`), (line) => process.stderr.write(`${visible(line)}\n`));
+  } catch (e) {
+    if (e instanceof StaleReadError) {
+      process.stderr.write(`${e.message}\n`);
+      return EXIT_STALE;
+    }
+    throw e;
+  } finally {
+    await reader.close();
+  }
+}
+
+/** SESSION_KEY [--at latest|P:O] [--timeout S]; null: a usage error. */
+export function parseArgs(args: readonly string[]): { key: string; bound: ReadBound; timeoutMs: number } | null {
+  let key: string | undefined;
+  let bound: ReadBound = LATEST;
+  let timeoutMs = 10_000;
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i]!;
+    if (arg === "--at" || arg === "--timeout") {
+      const value = args[++i];
+      if (value === undefined) return null;
+      if (arg === "--at") {
+        try {
+          bound = parseBound(value);
+        } catch {
+          return null;
         }
-      });
-    });
-    await consumer.run({
-      autoCommit: false,
-      eachMessage: async ({ message }) => {
-        const key = message.key?.toString() ?? "";
-        if (BigInt(message.offset) < end && parseEntryKey(key)?.sessionKey === session) {
-          const chain = message.headers?.[CHAIN_HEADER]; // repeated: none the worker wrote ("")
-          records.push({ key, value: message.value, chain: Array.isArray(chain) ? (chain.length === 1 ? chain[0] : "") : chain });
-        }
-      },
-    });
-    try {
-      await done;
-    } finally {
-      await consumer.disconnect();
-      await admin.deleteGroups([groupId]).catch(() => undefined);
+      } else {
+        if (!/^[0-9]+(\.[0-9]+)?$/.test(value)) return null;
+        timeoutMs = Math.round(Number(value) * 1000);
+      }
+    } else if (key === undefined && !arg.startsWith("--")) {
+      key = arg;
+    } else {
+      return null;
     }
   }
-  await admin.disconnect();
-  for (const e of liveEntries(session, records)) process.stdout.write(`${jsonLine(e)}\n`);
-  const verified = verifyEntries(session, records);
-  for (const f of verified.findings) process.stderr.write(`chain: seq ${f.seq}: ${f.problem}\n`);
-  process.stderr.write(`chain: ${verified.chained} entries chained, ${verified.unchained} written before the chain, `
-    + `${verified.findings.length} findings\n`);
-  return verified.ok ? 0 : 3;
+  return key === undefined ? null : { key, bound, timeoutMs };
 }
 
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
-  const [key] = process.argv.slice(2);
-  if (key === undefined) {
-    process.stderr.write("usage: read-session SESSION_KEY\n");
+  const args = parseArgs(process.argv.slice(2));
+  if (args === null) {
+    process.stderr.write("usage: read-session SESSION_KEY [--at latest|PARTITION:OFFSET] [--timeout SECONDS]\n");
     process.exit(2);
   }
-  main(key).then(
+  main(args.key, args.bound, args.timeoutMs).then(
     (code) => process.exit(code),
     (e: unknown) => {
       process.stderr.write(`error: ${visible((e as Error).message)}\n`);

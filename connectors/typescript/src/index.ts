@@ -9,6 +9,10 @@
  *   lands in the partition the worker owns it from; optionally in transactions.
  * - verifySession / chainRoot / chainLink: the hash chain of a session's entries (a port of
  *   transcript_connector/chain.py; parity fixed by schemas/vectors/chain.json).
+ * - SessionReader: a gateway's read of one session bound to LATEST or to a Delivery, from the
+ *   topic or a sink database, or StaleReadError (DESIGN 1.3); classify: what a record of
+ *   transcript.entries is (a port of transcript_connector/entries_topic.py; parity fixed by
+ *   schemas/vectors/positions.json).
  */
 
 export {
@@ -16,6 +20,8 @@ export {
   InvalidRecordError,
   InvalidSessionKeyError,
   PublishError,
+  ReadError,
+  StaleReadError,
   UnknownDmScopeError,
 } from "./errors.js";
 export {
@@ -56,7 +62,7 @@ export {
   type Turn,
   validateRecord,
 } from "./records.js";
-export { TIMESTAMP_RANGE, timestampProblem } from "./timestamps.js";
+export { TIMESTAMP_RANGE, timestampMicros, timestampProblem } from "./timestamps.js";
 export {
   CONFIRMATIONS_TOPIC,
   ConfirmationPublisher,
@@ -79,3 +85,59 @@ export {
   type VerifiedSession,
   verifySession,
 } from "./chain.js";
+export {
+  chainHeader,
+  classify,
+  type Classified,
+  decodePosition,
+  ENTRY_SCHEMA,
+  entryKey,
+  type EntryRecord,
+  type ErasedRecord,
+  furthest,
+  noPosition,
+  parseEntryKey,
+  parsePositionKey,
+  type Position,
+  positionAgeS,
+  POSITION_PREFIX,
+  POSITION_SCHEMA,
+  positionKey,
+  type PositionRecord,
+  positionValue,
+  type RecordHeaders,
+  type SkippedRecord,
+} from "./entries-topic.js";
+export {
+  type DeliveryBound,
+  deliveryOffset,
+  type EarlierCounts,
+  earlierCounts,
+  LATEST,
+  LruMap,
+  parseBound,
+  planRead,
+  type ReadBound,
+  type ReadStep,
+  repartitionReason,
+} from "./read-plan.js";
+export { HeldSession, PartitionView, type SessionEntry, type SessionSnapshot } from "./session-view.js";
+export {
+  SELECT_POSITION,
+  SELECT_SESSION,
+  SINK_APPLICATION_ID,
+  SINK_POSITIONS_SINCE,
+  SINK_SCHEMA_VERSION,
+  SinkDatabase,
+} from "./sink-database.js";
+export {
+  DEFAULT_READ_TIMEOUT_MS,
+  DEFAULT_SESSIONS_PER_PARTITION,
+  ENTRIES_TOPIC,
+  LAYOUT_TOPIC,
+  type ReadWait,
+  type SessionRead,
+  SessionReader,
+  type SessionReaderOptions,
+} from "./reader.js";
+export type { ReaderCluster } from "./reader-kafka.js";

@@ -17,6 +17,20 @@ const RFC3339 =
 
 /** Why `value` is not a contract timestamp (the worker's wording), or null when it is one. */
 export function timestampProblem(value: string): string | null {
+  const found = examine(value);
+  return typeof found === "string" ? found : null;
+}
+
+/**
+ * The instant of a contract timestamp in microseconds since 1970-01-01T00:00:00Z (the fraction
+ * truncated to microseconds, as Python's datetime holds it), or null when it is none.
+ */
+export function timestampMicros(value: string): bigint | null {
+  const found = examine(value);
+  return typeof found === "string" ? null : found;
+}
+
+function examine(value: string): string | bigint {
   const m = RFC3339.exec(value);
   if (!m) return "not an RFC 3339 timestamp";
   const [year, month, day, hour, minute, second] = m.slice(1, 7).map(Number) as [
@@ -43,7 +57,7 @@ export function timestampProblem(value: string): string | null {
   if (utcS < MIN_S || utcS > MAX_S || (utcS === MAX_S && micros > 0)) {
     return `timestamp outside ${TIMESTAMP_RANGE}`;
   }
-  return null;
+  return BigInt(utcS) * 1_000_000n + BigInt(micros);
 }
 
 function daysIn(year: number, month: number): number {
