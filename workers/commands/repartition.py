@@ -14,7 +14,8 @@ publishing; each step can be run again, so a kill -9 at any point is completed b
            partition is not p are copied there and tombstoned in p (the changelog is the state:
            a restore applies both); every live record of entries partition p (its last record
            per key, tombstones too) is copied, in offset order, to its session's partition
-           under N, p included; and the marker `move/P-N/p` with p's old end offset. A rerun
+           under N, p included (p's last position record stays in p, after the entries it
+           covers: DESIGN 1.3); and the marker `move/P-N/p` with p's old end offset. A rerun
            skips a partition with its marker; an aborted transaction left nothing.
 4. trim    the entries' old records go: DeleteRecords below each marker's offset (refused on a
            compact-only topic, so cleanup.policy is compact,delete meanwhile; retention stays
@@ -38,6 +39,8 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
+
+from transcript_connector.entries_topic import parse_position_key
 
 from workers.core.checkpoint_format import CHECKPOINTS
 from workers.core.errors import OwnerError
@@ -349,7 +352,9 @@ class Mover:
             producer.send(self.entries, key=r.key, value=r.value,
                           headers=list(r.headers or ()),
                           partition=entry_home(r.key, p, move.new))
-            copied += 1
+            # p's position record (DESIGN 1.3) is copied too, in p, after the entries it
+            # covers, so the trim below leaves p a position; it is no entry
+            copied += parse_position_key(r.key) is None
         producer.send(self.layout_topic, key=moved_key(move.old, move.new, p),
                       value=encode_moved(move.old, move.new, p, end, copied, keys), partition=0)
         producer.commit_transaction()
