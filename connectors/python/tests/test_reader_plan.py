@@ -13,6 +13,7 @@ from kafka.errors import (
 )
 from transcript_connector import ConnectorError, StaleReadError, partition_for
 from transcript_connector.entries_topic import Delete, Position, Skip, Upsert, classify, entry_key
+from transcript_connector.reader import BlockingSessionReader
 from transcript_connector.reader_kafka import read_error
 from transcript_connector.reader_options import ReaderOptions, reader_options_from_env
 from transcript_connector.reader_plan import (
@@ -247,3 +248,84 @@ def test_the_reader_is_loaded_on_first_use_only() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=120, check=True)
     assert done.stdout.split() == ["False", "True", "transcript-owner-reader"]
+
+
+# --- Kafka not answering: waited out until the deadline, then stale with the reason ---------
+
+
+class FlakyCluster:
+    """A cluster whose lookups fail as a restarting broker's do for the first `down` asks."""
+
+    def __init__(self, down: int) -> None:
+        self.down, self.asked = down, 0
+
+    def _maybe_fail(self) -> None:
+        from transcript_connector.reader_kafka import KafkaUnavailable
+
+        self.asked += 1
+        if self.asked <= self.down:
+            raise KafkaUnavailable("cannot read the topics' metadata: Kafka at 127.0.0.1:9 did "
+                                   "not answer: KafkaConnectionError")
+
+    def counts(self) -> tuple[int, int]:
+        self._maybe_fail()
+        return 8, 8
+
+    def earlier_counts(self, input_partitions: int) -> tuple[int, ...]:
+        return ()
+
+    def last_stable_offset(self, partition: int) -> int:
+        self._maybe_fail()
+        return 5
+
+    def close(self) -> None:
+        pass
+
+
+class ReachedSource:
+    """A source whose position for every partition is input offset 5, written just now."""
+
+    def begin(self, partition: int, session_key: str | None) -> None:
+        pass
+
+    def end(self, partition: int, session_key: str | None) -> None:
+        pass
+
+    def look(self, partition: int, session_key: str | None, needed: int):  # noqa: ANN201
+        from datetime import UTC, datetime
+
+        return Position(partition, 5, 0, datetime.now(UTC)), ((), ())
+
+    def wait(self, seconds: float) -> None:
+        pass  # nothing arrives: the read asks Kafka again at its next look
+
+    def held(self) -> dict:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+def reader_with(cluster: FlakyCluster) -> BlockingSessionReader:
+    reader = BlockingSessionReader(ReaderOptions())
+    reader._cluster, reader._source = cluster, ReachedSource()  # type: ignore[assignment]
+    return reader
+
+
+def test_a_read_waits_kafka_out_and_completes_once_it_answers(monkeypatch) -> None:
+    import transcript_connector.reader as reader_module
+
+    monkeypatch.setattr(reader_module, "METADATA_EVERY_S", 0.0)  # ask again at the next look
+    cluster = FlakyCluster(down=3)
+    read = reader_with(cluster).read(K, at=LATEST, timeout_s=30)
+    assert (read.needed, read.position.input_offset, cluster.asked) == (5, 5, 5)
+
+
+def test_a_read_whose_deadline_comes_while_kafka_is_away_is_stale_and_says_why() -> None:
+    cluster = FlakyCluster(down=10**9)
+    with pytest.raises(StaleReadError) as caught:
+        reader_with(cluster).read(K, at=LATEST, timeout_s=0.05)
+    stale_error = caught.value
+    assert stale_error.reason is not None and "did not answer" in stale_error.reason
+    assert "KafkaConnectionError" in str(stale_error)
+    assert cluster.asked >= 1
