@@ -178,9 +178,9 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         metrics=metrics, health=health,
         checkpoints=checkpoints, positions=positions,
     )
-    if positions is not None:
+    if processor.positions is not None:
         processor.gap_watch = GapWatch(
-            positions, GapProbe(ks, f"{app.conf.id}-positions"), inbox.topic,
+            processor.positions, GapProbe(ks, f"{app.conf.id}-positions"), inbox.topic,
             processor.standing, processor.committed.ends, inbox.nudge)
     app.task(processor.run)
     if transactions is not None:

@@ -31,6 +31,8 @@ from transcript_connector.errors import ReadError
 from transcript_connector.reader_options import ReaderOptions
 from transcript_connector.reader_plan import earlier_counts
 
+COUNTS_TTL_S = 0.1  # how old the partition counts a read plans with may be
+
 
 def acl_needed(options: ReaderOptions, topic: str) -> str:
     """The ACL a reader needs on `topic`."""
@@ -83,12 +85,25 @@ class Cluster:
         self.options, self._kwargs = options, kwargs
         self._earlier: tuple[int, ...] = ()
         self._layout_at: int | None = None  # the input's count when the layout was read
+        self._counts: tuple[int, int] | None = None
+        self._counts_at = 0.0
         with kafka_errors("cannot connect", options, options.input_topic):
             self._admin = KafkaAdminClient(**kwargs)
 
     def counts(self) -> tuple[int, int]:
         """The partition counts of the input and the entries topic (ReadError: either is
-        missing or not described to this principal)."""
+        missing or not described to this principal), at most COUNTS_TTL_S old: reads that
+        start together share one request (one per read made the reader's thread a queue of
+        metadata requests under load), and a repartition's first step, which makes them
+        differ, is seen within that."""
+        now = time.monotonic()
+        if self._counts is not None and now - self._counts_at < COUNTS_TTL_S:
+            return self._counts
+        counts = self._describe()
+        self._counts, self._counts_at = counts, now
+        return counts
+
+    def _describe(self) -> tuple[int, int]:
         o = self.options
         names = (o.input_topic, o.entries_topic)
         with kafka_errors("cannot read the topics' metadata", o, o.input_topic):
