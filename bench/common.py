@@ -10,8 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient
+from transcript_connector.entries_topic import parse_position_key
 from transcript_connector.partitioning import partition_for
 
 from tests.integration.harness import CliProcess, GroupLag
@@ -166,26 +167,51 @@ def count_records(topic: str, timeout: float = 120) -> int:
     return sum(1 for _ in read(KS, topic, timeout=timeout, check_crcs=False))
 
 
+def _output(record) -> bool:  # noqa: ANN001  (a kafka-python ConsumerRecord)
+    """Whether `record` is an output of an input record: an exactly-once worker's position
+    records (`position/<p>` on transcript.entries, DESIGN 1.3) are not; it writes them as a
+    generation starts and as the gap watch passes trailing markers, before the first and
+    after the last output of a drain."""
+    return parse_position_key(record.key) is None
+
+
 def first_timestamp(topics: list[str]) -> float | None:
-    """Earliest record CreateTime (seconds) over the topics: when the first output was sent."""
-    c = KafkaConsumer(bootstrap_servers=BOOTSTRAP)
+    """Earliest output's CreateTime (seconds) over the topics: when the first output was sent.
+    Each partition is read read_committed from its first record at or after time 0 up to its
+    first output (position records skipped: _output)."""
+    c = consumer(KS, check_crcs=False, max_partition_fetch_bytes=64 * 1024)
     try:
-        found = []
-        for topic in topics:
-            tps = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or ())]
-            for ot in c.offsets_for_times({tp: 0 for tp in tps}).values():
-                if ot is not None:
-                    found.append(ot.timestamp / 1000)
-        return min(found) if found else None
+        tps = [TopicPartition(t, p)
+               for t in topics for p in sorted(c.partitions_for_topic(t) or ())]
+        ends = c.end_offsets(tps)
+        starts = {tp: ot.offset for tp, ot in c.offsets_for_times({tp: 0 for tp in tps}).items()
+                  if ot is not None and ot.offset < ends[tp]}
+        if not starts:
+            return None
+        c.assign(list(starts))
+        for tp, o in starts.items():
+            c.seek(tp, o)
+        found: dict[TopicPartition, float] = {}
+        try:
+            for batch in polls(c, {tp: ends[tp] for tp in starts}, timeout=20, poll_ms=200):
+                for r in batch:
+                    tp = TopicPartition(r.topic, r.partition)
+                    if tp not in found and _output(r):
+                        found[tp] = r.timestamp / 1000
+                        c.seek(tp, ends[tp])  # this partition is done
+        except TimeoutError:
+            pass
+        return min(found.values()) if found else None
     finally:
         c.close()
 
 
 def last_timestamp(topics: list[str], back: int = 200) -> float | None:
-    """Latest record CreateTime (seconds) over the topics' partition tails: the last output.
+    """Latest output's CreateTime (seconds) over the topics' partition tails: the last output.
 
     Reads the last `back` offsets of each partition read_committed: on a topic written in
-    transactions the last offset is a transaction marker, not a record."""
+    transactions the last offset is a transaction marker, not a record; position records are
+    skipped (_output)."""
     c = consumer(KS, check_crcs=False)
     try:
         tps = [TopicPartition(t, p)
@@ -198,7 +224,8 @@ def last_timestamp(topics: list[str], back: int = 200) -> float | None:
         try:
             for batch in polls(c, ends, timeout=20, poll_ms=200):
                 for r in batch:
-                    best = max(best or 0, r.timestamp / 1000)
+                    if _output(r):
+                        best = max(best or 0, r.timestamp / 1000)
         except TimeoutError:
             pass
         return best
@@ -311,16 +338,21 @@ class WorkerProc(CliProcess):
     `peak_rss_mb()` reads the worker process's VmHWM; stop() reads it too, just before the
     SIGTERM (`peak_rss_mb_at_stop`). `connections()` counts its established connections to the
     broker. `unchained`: the worker writes no hash chain (bench/unchained/sitecustomize.py, the
-    bench's only switch for it), to measure the chain's cost. `env`: more of its environment."""
+    bench's only switch for it), to measure the chain's cost. `unpositioned`: the worker writes
+    no position records and runs no gap watch (bench/unpositioned/sitecustomize.py), to measure
+    the positions' cost. `env`: more of its environment."""
 
     def __init__(self, prefix: str, app_id: str, state_dir: Path, log: Path,
                  guarantee: str = GUARANTEES[0], unchained: bool = False,
-                 **env: str) -> None:
+                 unpositioned: bool = False, **env: str) -> None:
         if guarantee not in GUARANTEES:
             raise ValueError(f"processing guarantee {guarantee!r} is not one of {GUARANTEES}")
+        if unchained and unpositioned:
+            raise ValueError("one bench switch at a time: Python imports one sitecustomize")
         self.guarantee = guarantee
-        extra = dict(env) if not unchained else {**env, "PYTHONPATH": os.pathsep.join(
-            p for p in (str(ROOT / "bench" / "unchained"), os.environ.get("PYTHONPATH")) if p)}
+        switch = "unchained" if unchained else "unpositioned" if unpositioned else None
+        extra = dict(env) if switch is None else {**env, "PYTHONPATH": os.pathsep.join(
+            p for p in (str(ROOT / "bench" / switch), os.environ.get("PYTHONPATH")) if p)}
         super().__init__(list(WORKER_ARGV[2:]), env_for(
             prefix, TRANSCRIPT_APP_ID=app_id, TRANSCRIPT_STATE_DIR=str(state_dir),
             TRANSCRIPT_SESSION_TIMEOUT_S="6", TRANSCRIPT_PROCESSING_GUARANTEE=guarantee,

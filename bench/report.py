@@ -62,6 +62,19 @@ TARGETS = (
     ("two_processes", "two processes of one group / one, drain",
      ("scaling_two_processes", "events_per_s"), ">=", 1.85, "x"),
 )
+# issue 41's goals (bound reads), in the same form; judged on what (d2) and (c4) measured,
+# always exactly-once (only it writes positions). The reads' bounds are relative: a read's p99
+# minus the entries' p99 of the same window (bench/read_cost.py)
+TARGETS_41 = (
+    ("read_topic_p99_1000", "bound read from the topic: p99 - entry p99, 1,000/s",
+     ("read_cost", "topic_p99_over_entry_ms"), "<=", 10.0, "ms"),
+    ("read_db_p99_1000", "bound read from a sink database: p99 - entry p99",
+     ("read_cost", "db_p99_over_entry_ms"), "<=", 50.0, "ms"),
+    ("read_failures", "bound reads stale or without the entry (d2)",
+     ("read_cost", "failed_reads"), "<=", 0, "reads"),
+    ("positions_drain", "drain with positions / without, exactly-once",
+     ("positioned_vs_unpositioned", "events_per_s"), ">=", 0.97, "x"),
+)
 _OP = {">=": "≥", "<=": "≤"}
 
 
@@ -75,19 +88,25 @@ def _dig(r: dict, path: tuple[str, ...], mode: str | None):  # noqa: ANN202
 
 
 def targets(r: dict) -> dict:
-    """Each goal (issue 25's) with this run's figure and whether it is met (None: not measured).
-    `scale` notes a run on other sizes than the target's (100k sessions, 200k records)."""
+    """Each goal (issue 25's, then issue 41's: `issue`) with this run's figure and whether it
+    is met (None: not measured). `scale` notes a run on other sizes than the target's (100k
+    sessions, 200k records, 1,000/s)."""
     mode = r.get("processing_guarantee")
     out = {}
-    for key, what, path, op, bound, unit in TARGETS:
+    goals = [(25, g) for g in TARGETS] + [(41, g) for g in TARGETS_41]
+    for issue, (key, what, path, op, bound, unit) in goals:
         v = _dig(r, path, mode)
-        t = {"what": what, "op": op, "target": bound, "unit": unit, "value": v, "mode": mode,
+        t = {"what": what, "op": op, "target": bound, "unit": unit, "value": v,
+             "mode": mode if issue == 25 else "exactly_once", "issue": issue,
              "met": None if v is None else (v >= bound if op == ">=" else v <= bound)}
         sessions = r.get("records", {}).get("recovery_sessions")
         if key.startswith("recovery") and sessions != 100_000:
             t["scale"] = f"measured with {sessions:,} sessions"
         if key == "peak_rss" and r.get("records", {}).get("throughput") != 200_000:
             t["scale"] = f"measured with {r['records']['throughput']:,} records"
+        rate = (r.get("read_cost") or {}).get("rate")
+        if key.startswith("read_") and rate is not None and rate != 1000:
+            t["scale"] = f"measured at {rate:,}/s"
         out[key] = t
     return out
 
@@ -113,8 +132,13 @@ def _targets_line(r: dict) -> list[str]:
     met = sum(1 for t in ts.values() if t["met"])
     measured = sum(1 for t in ts.values() if t["met"] is not None)
     mode = next(iter(ts.values()), {}).get("mode")
-    lines = [f"goals of issue 25 ({mode or 'the worker'}): met {met} of {measured} measured"
-             + (f", {len(ts) - measured} not measured" if len(ts) > measured else "")]
+    issues = sorted({t.get("issue", 25) for t in ts.values()})
+    which = f"issue 25 ({mode or 'the worker'})"
+    if len(issues) > 1:  # issue 41's are judged exactly-once
+        which = ("issues 25 and 41 (exactly_once)" if mode == "exactly_once"
+                 else f"issues 25 ({mode or 'the worker'}) and 41 (exactly_once)")
+    lines = [f"goals of {which}: met {met} of {measured} measured"]
+    lines[0] += f", {len(ts) - measured} not measured" if len(ts) > measured else ""
     for t in ts.values():
         unit = "x" if t["unit"] == "x" else f" {t['unit']}"
         figure = "" if t["value"] is None else f"{t['value']:.4g}{unit}"
@@ -127,29 +151,34 @@ def _targets_line(r: dict) -> list[str]:
 def table(r: dict) -> str:
     t, n = r["throughput"], r["records"]
     modes = _modes(r)
-    ceiling = r["ceiling_events_per_s"]
+    ceiling = r.get("ceiling_events_per_s", NAN)  # NaN: (a) not run (--only)
+    ran = set(r.get("phases") or ("b", "d", "e"))  # the phases run (bench/run.py --only)
     w = 52
     lines = [
         f"transcript-owner bench  {r['timestamp']}  nproc={r['machine']['nproc']}  "
         f"python={r['machine']['python']}  kafka={r['machine']['kafka']}",
         f"input: {n['throughput']:,} synthetic confirmations preloaded on "
         f"{r.get('partitions', 8)} partitions (every topic of the run has as many) "
-        "(same records for every throughput row" + (", each mode" if modes[0][0] else "")
+        "(same records for every throughput row" + (", each mode" if modes and modes[0][0]
+                                                     else "")
         + (", the Quix runs on copies of their own)" if _quix(r) else ")"),
         "",
         f"{'throughput (same run)':<{w}}{'events/s':>12}{'vs ceiling':>12}{'seconds':>10}",
-        f"{'(a) ceiling: aiokafka passthrough, idempotent':<{w}}"
-        f"{ceiling:>12,.0f}{'1.00':>12}{t['ceiling']['seconds']:>10.2f}",
     ]
+    if "ceiling" in t:
+        lines.append(f"{'(a) ceiling: aiokafka passthrough, idempotent':<{w}}"
+                     f"{ceiling:>12,.0f}{'1.00':>12}{t['ceiling']['seconds']:>10.2f}")
     if (rd := t.get("librdkafka_passthrough")) is not None:
         lines.append(f"{'(a2) librdkafka passthrough, idempotent':<{w}}"
                      f"{rd['events_per_s']:>12,.0f}{rd['events_per_s'] / ceiling:>12.2f}"
                      f"{rd['seconds']:>10.2f}")
-    lines += [
-        f"{'(b) faust noop agent, concurrency=1':<{w}}{r['faust_noop_events_per_s']:>12,.0f}"
-        f"{r['faust_noop_events_per_s'] / ceiling:>12.2f}"
-        f"{t.get('faust_noop', {}).get('seconds', NAN):>10.2f}",
-    ]
+    if "b" in ran:
+        lines += [
+            f"{'(b) faust noop agent, concurrency=1':<{w}}"
+            f"{r['faust_noop_events_per_s']:>12,.0f}"
+            f"{r['faust_noop_events_per_s'] / ceiling:>12.2f}"
+            f"{t.get('faust_noop', {}).get('seconds', NAN):>10.2f}",
+        ]
     quix = _quix(r)
     for name, mode in quix:
         q = t[name]
@@ -174,6 +203,14 @@ def table(r: dict) -> str:
                             if x.get("p99") is not None)
             lines.append(f"{'    with the chain / without':<{w}}{c['events_per_s']:>12.2f}"
                          f"{'':>12}{'':>10}   (p99: {p99})")
+    if (np_ := t.get("worker_unpositioned")) is not None:
+        label = f"(c4) worker, {np_['mode']}, without positions"
+        lines.append(f"{label:<{w}}{np_['events_per_s']:>12,.0f}"
+                     f"{np_['events_per_s'] / ceiling:>12.2f}{np_['seconds']:>10.2f}")
+        if (c := r.get("positioned_vs_unpositioned")) is not None:
+            lines.append(f"{'    with positions / without':<{w}}{c['events_per_s']:>12.3f}"
+                         f"{'':>12}{'':>10}   goal {_target(r, 'positions_drain', '.2f')} "
+                         f"(to last output sent: {c['events_per_s_to_last_output']:.3f})")
     if (x2 := t.get("worker_two_processes")) is not None:
         label = f"(c2) worker x2 processes, one group, {x2['mode']}"
         lines.append(f"{label:<{w}}{x2['events_per_s']:>12,.0f}"
@@ -246,8 +283,9 @@ def table(r: dict) -> str:
         lines.append(f"    baselines on Python {v.get('python')}: quixstreams "
                      f"{v.get('quixstreams')}, confluent-kafka {v.get('confluent_kafka')} "
                      f"(librdkafka {v.get('librdkafka')}), orjson {v.get('orjson')}")
-    lines += ["", f"{'(d) end-to-end latency, ms':<34}{'p50':>9}{'p95':>9}{'p99':>9}{'max':>9}"
-                  f"{'achieved/s':>12}{'entries':>9}   p99 target"]
+    if "d" in ran:
+        lines += ["", f"{'(d) end-to-end latency, ms':<34}{'p50':>9}{'p95':>9}{'p99':>9}"
+                      f"{'max':>9}{'achieved/s':>12}{'entries':>9}   p99 target"]
     p99_targets = {"1000": "p99_1000", "5000": "p99_5000"}
     rates: list[str] = []
     for _, _, lkey in modes:
@@ -272,6 +310,7 @@ def table(r: dict) -> str:
             lines.append((f"{'':<14}{'exactly/at-least':<20}"
                           + "".join(f"{_ratio(ratio[p], 1):>9.2f}" for p in ("p50", "p95", "p99"))
                           + f"{'':>30}{tgt}").rstrip())
+    lines += _read_cost_lines(r)
     a = r.get("audit")
     if a:
         what = ("audit --strict" if a.get("strict") else "audit") \
@@ -289,7 +328,7 @@ def table(r: dict) -> str:
                       f"{sk['rows_per_s']:,.0f} rows/s"]
     rec = r["recovery_s"]
     mode = f", {r['processing_guarantee']}," if r.get("processing_guarantee") else ""
-    lines += [
+    lines += [] if "e" not in ran else [
         "",
         f"(e) recovery{mode} with {n['recovery_sessions']:,} sessions of state "
         "(worker start -> new record's entry readable):",
@@ -323,6 +362,49 @@ def table(r: dict) -> str:
     return "\n".join(lines)
 
 
+def _read_cost_lines(r: dict) -> list[str]:
+    """(d2): the entries' latency, the acknowledgement and both bound reads, each goal beside
+    its read; what failed; the gateway's CPU."""
+    rc = r.get("read_cost")
+    if not rc:
+        return []
+    w = 52
+    lines = ["", f"{'(d2) bound reads at ' + format(rc['rate'], ',') + '/s, ms':<{w}}"
+                 f"{'p50':>8}{'p95':>8}{'p99':>8}{'max':>8}{'measured':>10}   goal (p99)"]
+    rows = [("entry end-to-end (publish -> readable, as (d))", rc["entry_ms"], ""),
+            ("publish -> acknowledged", rc["ack_ms"], "")]
+    for kind, name, key in (("topic", "the topic", "read_topic_p99_1000"),
+                            ("db", "the sink's database", "read_db_p99_1000")):
+        if (x := rc.get(f"read_{kind}_ms")) is not None:
+            over = rc.get(f"{kind}_p99_over_entry_ms")
+            goal = _target(r, key, note=" over the entry's")
+            rows.append((f"acknowledged -> read from {name}", x,
+                         f"{'n/a' if over is None else format(over, '+.1f')} ms: {goal}"))
+    for label, x, goal in rows:
+        lines.append(f"{'    ' + label:<{w}}{x['p50']:>8.1f}{x['p95']:>8.1f}{x['p99']:>8.1f}"
+                     f"{x['max'] or NAN:>8.1f}{x['measured']:>10,}   {goal}".rstrip())
+    failed = []
+    for kind in ("topic", "db"):
+        if (x := rc.get(f"read_{kind}_ms")) is not None:
+            failed.append(f"{kind}: {x['reads']:,} reads, {x['stale']} stale, "
+                          f"{x['without_entry']} without the entry, {x['errors']} errors")
+    lines += [f"    {rc['records']:,} confirmations over {rc['sessions']:,} sessions at "
+              f"{rc['achieved_rate'] or NAN:,.0f}/s achieved, every {rc['read_every']}th read "
+              f"back bound to its delivery ({rc['read_timeout_s']:g}s deadline)",
+              "    " + "; ".join(failed) + f"; goal {_target(r, 'read_failures')}"]
+    if rc.get("entries_missing") or rc.get("publish_errors"):
+        lines.append(f"    entries never seen: {rc.get('entries_missing')}, publish errors: "
+                     f"{rc.get('publish_errors')}")
+    if (a := rc.get("audit")) is not None:
+        verdict = "clean" if a["clean"] else "NOT CLEAN"
+        lines.append(f"    audit --strict of (d2)'s topics: {verdict} ({a['actual_entries']:,} "
+                     f"entries, {a['discrepancies']} discrepancies)")
+    if cpu := rc.get("gateway_cpu_s"):
+        lines.append(f"    gateway CPU over the {rc.get('gateway_window_s', NAN):.1f}s window: "
+                     + ", ".join(f"{k} {v:.2f}s" for k, v in cpu.items()))
+    return lines
+
+
 def chart(r: dict, path: Path) -> None:
     import matplotlib
 
@@ -334,9 +416,9 @@ def chart(r: dict, path: Path) -> None:
     t = r["throughput"]
     names = ["ceiling\n(aiokafka)"] + (["librdkafka\npassthru"]
                                        if "librdkafka_passthrough" in t else []) + ["faust noop"]
-    vals = [r["ceiling_events_per_s"]] + ([t["librdkafka_passthrough"]["events_per_s"]]
-                                          if "librdkafka_passthrough" in t else []) + [
-        r["faust_noop_events_per_s"]]
+    vals = [r.get("ceiling_events_per_s", NAN)] + (
+        [t["librdkafka_passthrough"]["events_per_s"]]
+        if "librdkafka_passthrough" in t else []) + [r["faust_noop_events_per_s"]]
     colors = ["#999999"] * (len(vals) - 1) + ["#6c8ebf"]
     for name, mode in _quix(r):
         names.append(f"Quix\n{_ABBREV.get(mode, mode)}")

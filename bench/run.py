@@ -5,7 +5,10 @@
                                   [--modes exactly_once,at_least_once] [--other-rates 1000]
                                   [--baselines all|none|librdkafka,quix,quix_eos,quix_alo]
                                   [--quix-commit-interval 1.0] [--no-scaling]
-                                  [--partitions 8]
+                                  [--no-chain-cost] [--no-position-cost] [--no-read-cost]
+                                  [--read-cost-rate 1000] [--read-cost-seconds S]
+                                  [--read-every 10] [--partitions 8] [--only PHASES]
+                                  [--results DIR]
 
 One run on the local broker, on fresh topics under a unique prefix (deleted at the end), each
 of --partitions partitions (default 8; `topics apply` then reads a copy of topics.yaml in the
@@ -33,6 +36,19 @@ partitioner the same:
   (c) and (d) once per processing guarantee (TRANSCRIPT_PROCESSING_GUARANTEE), one after the
       other, each worker on its own topics (the same input preloaded on each) so that neither
       sees the other's output; the first mode (exactly_once) on the prefix (a) and (b) read
+  (c3) the first mode's worker without its hash chain (bench/unchained), its own copy of the
+      input: drained as (c), then its latency at 1,000 and 5,000/s (--no-chain-cost skips it)
+  (c4) the exactly-once worker without position records (bench/unpositioned: no position
+      record in its transactions, no gap watch), its own copy of the input, drained as (c);
+      beside the exactly-once (c) of the same run (--no-position-cost skips it)
+  (d2) the bound read's cost (bench/read_cost.py), on topics of its own: an exactly-once worker
+      and `sink sqlite DB` running, a gateway (the Python connector's publisher and two
+      SessionReaders) publishes --read-cost-rate confirmations/s (default 1,000) for
+      --read-cost-seconds (default --rate-seconds) over 2,000 sessions and reads every
+      --read-every-th (default 10th) back bound to its delivery, from the topic and from the
+      sink's database: publish acknowledged -> the read returned the session with that entry,
+      p50/p99 of each, beside the entries' end-to-end latency ((d)'s definition) in the same
+      window; stale reads and reads without the entry counted (--no-read-cost skips it)
   (e) recovery of the first mode: restart with local RocksDB state kept, and with it wiped
   (h) the capacity model's constants (bench/capacity.py, `plan`): the input's mix through the
       core, what (c) of the first mode left on the broker, (e)'s restore and checkpoint rates;
@@ -56,6 +72,22 @@ Added for issue 24: partitions (the run's count); throughput.<worker key>.connec
 partitions, to set beside a default one:
     .venv/bin/python bench/run.py --partitions 64 --baselines none --no-scaling \
         --records 50000 --rates 1000 --rate-seconds 8 --recovery-sessions 10000
+Added for issue 41: throughput.worker_unpositioned ((c4); its input: records.unpositioned) and
+positioned_vs_unpositioned (the exactly-once (c) over (c4): events_per_s,
+events_per_s_to_last_output, events_per_s_incl_startup); read_cost ((d2), bench/read_cost.py's
+docstring defines each figure: entry_ms, ack_ms, read_topic_ms, read_db_ms (p50, p95, p99, max,
+measured; for the reads also reads, stale, without_entry, errors, examples and
+after_entry_seen), topic_p99_over_entry_ms, db_p99_over_entry_ms, failed_reads, gateway_cpu_s,
+...) and read_cost_p99_ms (entry, topic, db); targets holds issue 41's goals beside issue 25's,
+each with `issue`. A drain's first and last output ((c), (c2), (c3), (c4)) skip the exactly-once
+worker's position records (bench/common.py first_timestamp, last_timestamp): it writes them as
+its generation starts, about 0.5 s before its first entry, and after its last, which would
+otherwise count as drain time. --only PHASES runs only the phases named (comma-separated, of g,
+a, a2, b, q, c, d, c2, c3, c4, d2, audit, f, e, h; d needs c); the others' keys are left out and
+their goals "not measured". Issue 41's phases alone, with the (c) they are judged against
+(--results elsewhere: tests/unit/test_plan.py reads the committed bench/results/latest.json):
+    .venv/bin/python bench/run.py --only c,c4,d2 --modes exactly_once --records 20000 \
+        --rate-seconds 8 --results var/bench/results-41
 """
 
 from __future__ import annotations
@@ -78,7 +110,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import baselines, capacity, ceiling, report, worker_bench  # noqa: E402
+from bench import baselines, capacity, ceiling, read_cost, report, worker_bench  # noqa: E402
 from bench.common import (  # noqa: E402
     BOOTSTRAP,
     GUARANTEES,
@@ -260,6 +292,8 @@ def delete_groups(prefix: str) -> None:
 
 
 SHORT = {"exactly_once": "eos", "at_least_once": "alo"}
+# the phases, in the order they run (--only)
+PHASES = ("g", "a", "a2", "b", "q", "c", "d", "c2", "c3", "c4", "d2", "audit", "f", "e", "h")
 
 
 def compare(result: dict, a: str, b: str) -> dict:
@@ -318,6 +352,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-chain-cost", dest="chain_cost", action="store_false",
                         help="leave out (c3), the first mode's worker without its hash chain "
                              "(bench/unchained), measured beside the worker with it")
+    parser.add_argument("--no-position-cost", dest="position_cost", action="store_false",
+                        help="leave out (c4), the exactly-once worker without position records "
+                             "(bench/unpositioned), drained beside (c)")
+    parser.add_argument("--no-read-cost", dest="read_cost", action="store_false",
+                        help="leave out (d2), the bound read's cost (bench/read_cost.py)")
+    parser.add_argument("--read-cost-rate", type=int, default=1000,
+                        help="(d2): confirmations/s the gateway publishes (issue 41's goals are "
+                             "at 1000)")
+    parser.add_argument("--read-cost-seconds", type=float, default=None,
+                        help="(d2): seconds it publishes (default: --rate-seconds)")
+    parser.add_argument("--read-every", type=int, default=read_cost.READ_EVERY,
+                        help="(d2): every Nth confirmation is read back, from the topic and "
+                             "from the sink's database (default 10; 1: every one)")
     parser.add_argument("--no-scaling", dest="scaling", action="store_false",
                         help="leave out (c2), two worker processes of the first mode")
     parser.add_argument("--partitions", type=int, default=8,
@@ -325,7 +372,20 @@ def main(argv: list[str] | None = None) -> int:
                              "TRANSCRIPT_PARTITIONS, the preload's partitioner); default 8")
     parser.add_argument("--results", type=Path, default=RESULTS,
                         help="directory for latest.json and latest.png")
+    parser.add_argument("--only", default=None, metavar="PHASES",
+                        help="run only these phases, comma-separated, of "
+                             f"{','.join(PHASES)} (d needs c; a2 and q also need --baselines); "
+                             "default: all")
     args = parser.parse_args(argv)
+    only = set(PHASES)
+    if args.only is not None:
+        only = {x.strip() for x in args.only.split(",") if x.strip()}
+        if not only or only - set(PHASES):
+            parser.error(f"--only: phases of {', '.join(PHASES)}")
+        if "d" in only and "c" not in only:
+            parser.error("--only: d runs on the worker c starts: name c too")
+    if args.read_every < 1:
+        parser.error("--read-every: 1 or more")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes or len(set(modes)) != len(modes) or set(modes) - set(GUARANTEES):
         parser.error(f"--modes: distinct values of {', '.join(GUARANTEES)}")
@@ -336,6 +396,16 @@ def main(argv: list[str] | None = None) -> int:
         chosen = baselines.parse(args.baselines)
     except ValueError as exc:
         parser.error(f"--baselines: {exc}")
+    # --only: a baseline runs when its phase is named too; the switches of (c2), (c3), (c4),
+    # (d2) are their phases
+    chosen = [b for b in chosen if ("q" if b.startswith("quix") else "a2") in only]
+    args.scaling = args.scaling and "c2" in only
+    args.chain_cost = args.chain_cost and "c3" in only
+    # (c4) is judged against the exactly-once (c): only when that mode is measured
+    args.position_cost = args.position_cost and "c4" in only and "exactly_once" in modes
+    args.read_cost = args.read_cost and "d2" in only
+    read_seconds = args.rate_seconds if args.read_cost_seconds is None \
+        else args.read_cost_seconds
 
     global T0
     wall0 = T0 = time.monotonic()
@@ -354,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
     app_ids = {m: "bench-worker" if m == primary else f"bench-worker-{SHORT[m]}" for m in modes}
     x2_prefix, x2_app_id = f"{prefix}x2.", "bench-worker-x2"  # (c2): own input, outputs, group
     nc_prefix, nc_app_id = f"{prefix}nc.", "bench-worker-nc"  # (c3): likewise
+    np_prefix, np_app_id = f"{prefix}np.", "bench-worker-np"  # (c4): likewise
+    rd_prefix, rd_app_id = f"{prefix}rd.", "bench-worker-rd"  # (d2): own topics, input empty
     # (c3)'s latency: at the targets' rates (1,000 and 5,000/s) where measured, else the first two
     nc_rates = [r for r in rates if r in (1000, 5000)] or rates[:2]
     result: dict = {
@@ -369,7 +441,9 @@ def main(argv: list[str] | None = None) -> int:
                                                           for r in rates},
                     "latency_rates": {m: mode_rates[m] for m in modes},
                     "recovery_sessions": args.recovery_sessions,
-                    "two_processes": n if args.scaling else None},
+                    "two_processes": n if args.scaling else None,
+                    "unpositioned": n if args.position_cost else None},
+        "phases": [x for x in PHASES if x in only],
         "throughput": {}, "latency_ms": {}, "recovery_s": {}, "missing": [],
     }
     for m in modes:
@@ -393,21 +467,31 @@ def main(argv: list[str] | None = None) -> int:
             topics_apply(x2_prefix, x2_app_id)
         if args.chain_cost:
             topics_apply(nc_prefix, nc_app_id)
+        if args.position_cost:
+            topics_apply(np_prefix, np_app_id)
+        if args.read_cost:
+            topics_apply(rd_prefix, rd_app_id)
         for b in quix_runs:  # the deployment's topics, outputs on the broker's append time
             topics_apply(baselines.quix_prefix(prefix, b), baselines.QUIX_APP_ID)
             baselines.log_append_time(baselines.quix_prefix(prefix, b))
         src, dst = prefix + CONFIRMATIONS, prefix + "bench.passthrough"
-        create_topic(dst)
+        if "a" in only:
+            create_topic(dst)
         if "librdkafka" in chosen:
             create_topic(dst + "-librdkafka")
         t = time.monotonic()
         records = list(generate(n, sessions_n=2000, seed=1))
         phase(f"generated {n:,} records in {time.monotonic() - t:.1f}s; preloading")
-        t = time.monotonic()
-        mixed = capacity.mix(records)
-        log(f"  (h) the input's mix through the core in {time.monotonic() - t:.1f}s: {mixed}")
-        for m in modes:
-            log(f"  preloaded for {m} in {preload(prefixes[m] + CONFIRMATIONS, records):.1f}s")
+        mixed: dict = {}
+        if "h" in only:
+            t = time.monotonic()
+            mixed = capacity.mix(records)
+            log(f"  (h) the input's mix through the core in {time.monotonic() - t:.1f}s: "
+                f"{mixed}")
+        for m in modes:  # (a) and (b) read the first mode's
+            if "c" in only or (m == primary and only & {"a", "a2", "b"}):
+                log(f"  preloaded for {m} in "
+                    f"{preload(prefixes[m] + CONFIRMATIONS, records):.1f}s")
         for b in quix_runs:
             log(f"  preloaded for {b} in "
                 f"{preload(baselines.quix_prefix(prefix, b) + CONFIRMATIONS, records):.1f}s")
@@ -417,23 +501,29 @@ def main(argv: list[str] | None = None) -> int:
         if args.chain_cost:
             log(f"  preloaded for the worker without its chain in "
                 f"{preload(nc_prefix + CONFIRMATIONS, records):.1f}s")
-        jsonl, left_out = write_jsonl(records)
+        if args.position_cost:
+            log(f"  preloaded for the worker without positions in "
+                f"{preload(np_prefix + CONFIRMATIONS, records):.1f}s")
+        jsonl, left_out = write_jsonl(records) if "g" in only else (None, 0)
         del records
 
-        phase("(g) the core without Kafka: bench/decide_speed.py --worker over the same input")
-        try:
-            result["core"] = core_speed(jsonl)
-            result["core"]["left_out"] = left_out
-            log(f"  {result['core']}")
-        except Exception as exc:
-            result["missing"].append(f"core (decide_speed): {exc}")
-            log(traceback.format_exc())
-        finally:
-            jsonl.unlink(missing_ok=True)
+        if jsonl is not None:
+            phase("(g) the core without Kafka: bench/decide_speed.py --worker over the same "
+                  "input")
+            try:
+                result["core"] = core_speed(jsonl)
+                result["core"]["left_out"] = left_out
+                log(f"  {result['core']}")
+            except Exception as exc:
+                result["missing"].append(f"core (decide_speed): {exc}")
+                log(traceback.format_exc())
+            finally:
+                jsonl.unlink(missing_ok=True)
 
-        phase("(a) ceiling: aiokafka passthrough")
-        result["throughput"]["ceiling"] = ceiling.run(src, dst, prefix + "bench-ceiling", n)
-        log(f"  {result['throughput']['ceiling']}")
+        if "a" in only:
+            phase("(a) ceiling: aiokafka passthrough")
+            result["throughput"]["ceiling"] = ceiling.run(src, dst, prefix + "bench-ceiling", n)
+            log(f"  {result['throughput']['ceiling']}")
 
         if "librdkafka" in chosen:
             phase("(a2) librdkafka passthrough (confluent-kafka)")
@@ -446,13 +536,14 @@ def main(argv: list[str] | None = None) -> int:
                 result["missing"].append(f"librdkafka passthrough: {exc}")
                 log(traceback.format_exc())
 
-        phase("(b) faust noop agent")
-        try:
-            result["throughput"]["faust_noop"] = faust_noop(prefix, n, workdir)
-            log(f"  {result['throughput']['faust_noop']}")
-        except Exception as exc:
-            result["missing"].append(f"faust noop: {exc}")
-            log(traceback.format_exc())
+        if "b" in only:
+            phase("(b) faust noop agent")
+            try:
+                result["throughput"]["faust_noop"] = faust_noop(prefix, n, workdir)
+                log(f"  {result['throughput']['faust_noop']}")
+            except Exception as exc:
+                result["missing"].append(f"faust noop: {exc}")
+                log(traceback.format_exc())
 
         for b in quix_runs:
             mode = baselines.BASELINES[b]
@@ -473,38 +564,43 @@ def main(argv: list[str] | None = None) -> int:
                     result["missing"].append(f"{b}: exited {rc}; see {quix.log}")
 
         for m in modes:
-            mp = prefixes[m]
-            worker = WorkerProc(mp, app_ids[m], workdir / f"state-{SHORT[m]}",
-                                workdir / f"worker-{SHORT[m]}.log", m)
-            try:
-                phase(f"(c) worker, {m}: draining the preloaded input")
-                result["throughput"][worker_key(result, m)] = worker_bench.throughput(worker, mp)
-                log(f"  {result['throughput'][worker_key(result, m)]}")
-                if m == primary:
-                    try:
-                        drained = capacity.measure_drained(
-                            mp, changelog_topic(mp, app_ids[m], "sessions"), args.partitions)
-                        log(f"  (h) what the drain left: {drained['measured']}")
-                    except Exception as exc:
-                        result["missing"].append(f"capacity, the drain's bytes: {exc}")
-                        log(traceback.format_exc())
+            if "c" in only:
+                mp = prefixes[m]
+                worker = WorkerProc(mp, app_ids[m], workdir / f"state-{SHORT[m]}",
+                                    workdir / f"worker-{SHORT[m]}.log", m)
+                try:
+                    phase(f"(c) worker, {m}: draining the preloaded input")
+                    key = worker_key(result, m)
+                    result["throughput"][key] = worker_bench.throughput(worker, mp)
+                    log(f"  {result['throughput'][key]}")
+                    if m == primary and "h" in only:
+                        try:
+                            drained = capacity.measure_drained(
+                                mp, changelog_topic(mp, app_ids[m], "sessions"),
+                                args.partitions)
+                            log(f"  (h) what the drain left: {drained['measured']}")
+                        except Exception as exc:
+                            result["missing"].append(f"capacity, the drain's bytes: {exc}")
+                            log(traceback.format_exc())
 
-                phase(f"(d) worker, {m}: end-to-end latency at fixed rates (worker keeps running)")
-                for i, rate in enumerate(mode_rates[m]):
-                    if not worker.alive():
-                        raise RuntimeError(f"worker died:\n{worker.tail()}")
-                    lat = worker_bench.latency(mp, rate, args.rate_seconds, seed=100 + i)
-                    result[latency_key(result, m)][str(rate)] = lat
-                    log(f"  {rate}/s: {lat}")
-            except Exception as exc:
-                if m == primary:
-                    raise
-                result["missing"].append(f"worker {m}: {exc}")
-                log(traceback.format_exc())
-            finally:
-                worker.stop()
-                if (w := result["throughput"].get(worker_key(result, m))) is not None:
-                    w["peak_rss_mb_after_latency"] = worker.peak_rss_at_stop_mb
+                    if "d" in only:
+                        phase(f"(d) worker, {m}: end-to-end latency at fixed rates (worker "
+                              "keeps running)")
+                    for i, rate in enumerate(mode_rates[m] if "d" in only else []):
+                        if not worker.alive():
+                            raise RuntimeError(f"worker died:\n{worker.tail()}")
+                        lat = worker_bench.latency(mp, rate, args.rate_seconds, seed=100 + i)
+                        result[latency_key(result, m)][str(rate)] = lat
+                        log(f"  {rate}/s: {lat}")
+                except Exception as exc:
+                    if m == primary:
+                        raise
+                    result["missing"].append(f"worker {m}: {exc}")
+                    log(traceback.format_exc())
+                finally:
+                    worker.stop()
+                    if (w := result["throughput"].get(worker_key(result, m))) is not None:
+                        w["peak_rss_mb_after_latency"] = worker.peak_rss_at_stop_mb
 
             if m == primary and args.scaling:
                 phase(f"(c2) two worker processes, {m}, one group: draining the preloaded input")
@@ -537,61 +633,101 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 nc.stop()
 
-        phase(f"audit --strict of all the {primary} worker wrote (replays the input)")
-        t = time.monotonic()
-        try:
-            result["audit"] = audit(prefix, app_ids[primary])
-            result["audit"]["seconds"] = round(time.monotonic() - t, 1)
-            result["audit"]["mode"] = primary
-            log(f"  {result['audit']}")
-            if not result["audit"]["clean"]:
-                result["missing"].append("audit: NOT clean")
-        except Exception as exc:
-            result["missing"].append(f"audit: {exc}")
-            log(traceback.format_exc())
+        if args.position_cost:
+            phase("(c4) worker, exactly_once, without position records (bench/unpositioned): "
+                  "draining the preloaded input")
+            unpos = WorkerProc(np_prefix, np_app_id, workdir / "state-np",
+                               workdir / "worker-np.log", "exactly_once", unpositioned=True)
+            try:
+                result["throughput"]["worker_unpositioned"] = worker_bench.throughput(
+                    unpos, np_prefix)
+                log(f"  {result['throughput']['worker_unpositioned']}")
+            except Exception as exc:
+                result["missing"].append(f"worker without positions: {exc}")
+                log(traceback.format_exc())
+            finally:
+                unpos.stop()
 
-        phase("(f) the SQLite sink over every entry the worker wrote (--until-end)")
-        try:
-            result["sink"] = sink(prefix, workdir)
-            log(f"  {result['sink']}")
-            audited = result.get("audit", {}).get("actual_entries")
-            if audited is not None and result["sink"]["rows"] != audited:
-                result["missing"].append(f"sink: {result['sink']['rows']} rows, the audit "
-                                         f"read {audited} entries")
-        except Exception as exc:
-            result["missing"].append(f"sink: {exc}")
-            log(traceback.format_exc())
+        if args.read_cost:
+            phase(f"(d2) bound reads at {args.read_cost_rate:,}/s (bench/read_cost.py): "
+                  "exactly-once worker and sink running, reads from the topic and the database")
+            try:
+                rc = read_cost.read_cost(rd_prefix, rd_app_id, workdir, log,
+                                         rate=args.read_cost_rate, seconds=read_seconds,
+                                         read_every=args.read_every)
+                result["read_cost"] = rc
+                log(f"  {rc}")
+                try:  # what it wrote, positions included
+                    rc["audit"] = audit(rd_prefix, rd_app_id)
+                    log(f"  (d2) audit --strict: {rc['audit']}")
+                    if not rc["audit"]["clean"]:
+                        result["missing"].append("read cost: audit NOT clean")
+                except Exception as exc:
+                    result["missing"].append(f"read cost, audit: {exc}")
+                    log(traceback.format_exc())
+            except Exception as exc:
+                result["missing"].append(f"read cost: {exc}")
+                log(traceback.format_exc())
 
-        phase(f"(e) recovery, {primary}, with {args.recovery_sessions:,} sessions of state")
-        try:
-            rec_prefix = prefix + "rec."
-            topics_apply(rec_prefix, "bench-recovery")
-            result["recovery_s"] = worker_bench.recovery(rec_prefix, workdir,
-                                                         args.recovery_sessions, log, primary)
-        except Exception as exc:
-            result["missing"].append(f"recovery: {exc}")
-            log(traceback.format_exc())
+        if "audit" in only:
+            phase(f"audit --strict of all the {primary} worker wrote (replays the input)")
+            t = time.monotonic()
+            try:
+                result["audit"] = audit(prefix, app_ids[primary])
+                result["audit"]["seconds"] = round(time.monotonic() - t, 1)
+                result["audit"]["mode"] = primary
+                log(f"  {result['audit']}")
+                if not result["audit"]["clean"]:
+                    result["missing"].append("audit: NOT clean")
+            except Exception as exc:
+                result["missing"].append(f"audit: {exc}")
+                log(traceback.format_exc())
 
-        phase("(h) the capacity model's constants (bench/capacity.py), and its figures for "
-              "this workload beside what (c) measured")
-        try:
-            if drained is None:
-                raise RuntimeError("(c) measured nothing")
-            measured = capacity.constants(result, mixed, drained["sizes"],
-                                          workdir / "worker-recovery.log",
-                                          workdir / "worker-recovery-first.log")
-            result["capacity"] = {
-                "constants": measured, "mix": mixed, "sizes": drained["sizes"],
-                # the committed constants (workers/commands/plan.py), measured on an earlier run
-                "predicted": capacity.predict(MEASURED, 2000, n, args.partitions,
-                                              drained["measured"]),
-                "predicted_with_this_run": capacity.predict(
-                    Constants.from_dict(measured, "this run"), 2000, n, args.partitions,
-                    drained["measured"])}
-            log(f"  {result['capacity']['constants']}")
-        except Exception as exc:
-            result["missing"].append(f"capacity: {exc}")
-            log(traceback.format_exc())
+        if "f" in only:
+            phase("(f) the SQLite sink over every entry the worker wrote (--until-end)")
+            try:
+                result["sink"] = sink(prefix, workdir)
+                log(f"  {result['sink']}")
+                audited = result.get("audit", {}).get("actual_entries")
+                if audited is not None and result["sink"]["rows"] != audited:
+                    result["missing"].append(f"sink: {result['sink']['rows']} rows, the audit "
+                                             f"read {audited} entries")
+            except Exception as exc:
+                result["missing"].append(f"sink: {exc}")
+                log(traceback.format_exc())
+
+        if "e" in only:
+            phase(f"(e) recovery, {primary}, with {args.recovery_sessions:,} sessions of state")
+            try:
+                rec_prefix = prefix + "rec."
+                topics_apply(rec_prefix, "bench-recovery")
+                result["recovery_s"] = worker_bench.recovery(rec_prefix, workdir,
+                                                             args.recovery_sessions, log, primary)
+            except Exception as exc:
+                result["missing"].append(f"recovery: {exc}")
+                log(traceback.format_exc())
+
+        if "h" in only:
+            phase("(h) the capacity model's constants (bench/capacity.py), and its figures for "
+                  "this workload beside what (c) measured")
+            try:
+                if drained is None:
+                    raise RuntimeError("(c) measured nothing")
+                measured = capacity.constants(result, mixed, drained["sizes"],
+                                              workdir / "worker-recovery.log",
+                                              workdir / "worker-recovery-first.log")
+                result["capacity"] = {
+                    "constants": measured, "mix": mixed, "sizes": drained["sizes"],
+                    # the committed constants (workers/commands/plan.py), measured on an earlier run
+                    "predicted": capacity.predict(MEASURED, 2000, n, args.partitions,
+                                                  drained["measured"]),
+                    "predicted_with_this_run": capacity.predict(
+                        Constants.from_dict(measured, "this run"), 2000, n, args.partitions,
+                        drained["measured"])}
+                log(f"  {result['capacity']['constants']}")
+            except Exception as exc:
+                result["missing"].append(f"capacity: {exc}")
+                log(traceback.format_exc())
     finally:
         if worker is not None:
             worker.stop()
@@ -600,7 +736,8 @@ def main(argv: list[str] | None = None) -> int:
         phase(f"cleanup: worker stopped, {len(deleted)} topics under {prefix!r} deleted")
 
     tp = result["throughput"]
-    result["ceiling_events_per_s"] = round(tp["ceiling"]["events_per_s"], 1)
+    ceiling_eps = tp["ceiling"]["events_per_s"] if "ceiling" in tp else float("nan")
+    result["ceiling_events_per_s"] = round(ceiling_eps, 1)
     result["faust_noop_events_per_s"] = round(tp.get("faust_noop", {}).get("events_per_s",
                                                                           float("nan")), 1)
     for m in modes:
@@ -610,7 +747,7 @@ def main(argv: list[str] | None = None) -> int:
         result[f"{key}_events_per_s"] = round(w["events_per_s"], 1)
         result[f"{key}_startup_s"] = round(w["startup_s"], 2)
         result["ratio" if m == primary else f"ratio_{m}"] = round(
-            w["events_per_s"] / tp["ceiling"]["events_per_s"], 3)
+            w["events_per_s"] / ceiling_eps, 3)
     for x in tp.values():
         if "startup_s" in x and "mode" in x:  # (c) and (q): from process start to lag 0
             x["events_per_s_incl_startup"] = x["events"] / (x["seconds"] + x["startup_s"])
@@ -646,6 +783,15 @@ def main(argv: list[str] | None = None) -> int:
     if "worker_unchained" in tp and "worker" in tp:
         result["chained_vs_unchained"] = compare_keys(
             result, ("worker", "latency_ms"), ("worker_unchained", "latency_ms_unchained"))
+    if (np_ := tp.get("worker_unpositioned")) is not None \
+            and (eos := tp.get(worker_key(result, "exactly_once"))) is not None:
+        result["positioned_vs_unpositioned"] = {
+            k: round(eos[k] / np_[k], 3) for k in ("events_per_s", "events_per_s_incl_startup",
+                                                   "events_per_s_to_last_output")}
+    if (rc := result.get("read_cost")) is not None:
+        result["read_cost_p99_ms"] = {"entry": rc["entry_ms"]["p99"],
+                                      **{k: rc[f"read_{k}_ms"]["p99"] for k in ("topic", "db")
+                                         if f"read_{k}_ms" in rc}}
     result["targets"] = report.targets(result)
     result["wall_s"] = round(time.monotonic() - wall0, 1)
     out = args.results
