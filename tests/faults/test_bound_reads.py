@@ -285,6 +285,11 @@ def test_a_gateway_loop_never_reads_a_session_without_what_it_published(env, top
 
     try:
         asyncio.run(main())
+    except BaseException:
+        for p in procs.values():  # a failed run leaves no worker or sink behind
+            if p.alive():
+                p.kill()
+        raise
     finally:
         figures = {p.name: p.figures() for p in phases}
         out = ROOT / "var/faults"
