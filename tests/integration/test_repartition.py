@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -277,3 +278,148 @@ def test_readers_find_every_entry_across_a_move_and_a_retry_stays_a_duplicate(ks
     done = ok(cli("repartition", "--partitions", "16", env=env16))
     assert "already moved" in done, done
     assert decode_layout(layout_records(ks)) == layout
+
+
+# --- erasure, forget and the workers across a move (issue 42, items 1-3) ----------------------
+
+
+def erasures_of(ks: KafkaSettings, session: str) -> list[dict]:
+    from workers.core.outputs import ERASURES
+
+    return [json.loads(r.value) for r in read(ks, ks.topic(ERASURES))
+            if r.key == session.encode() and r.value is not None]
+
+
+def confirm(ks: KafkaSettings, session: str, send_ids: list[str], partitions: int) -> None:
+    values = [json.dumps({
+        "schema": "delivery-confirmation/1", "send_id": s,
+        "confirmed_at": datetime.now(UTC).isoformat(),  # after any erasure: written
+        "agent_id": "ops", "session_key": session,
+        "route": {"channel": "telegram", "peer_kind": "direct", "peer_id": "x"},
+        "origin": {"kind": "message_tool"}, "payload": {"text": f"message {s}"},
+        "receipt": {"platform_message_ids": [s]}}).encode() for s in send_ids]
+    publish(ks, ks.topic(CONFIRMATIONS), [(session.encode(), v) for v in values],
+            partitions=partitions)
+
+
+def test_a_session_erased_before_and_after_a_move_at_one_control_offset_is_erased_twice(
+        ks, env, workers, tmp_path):
+    """A ticket is remembered per (session, control offset); after a move the session's next
+    erase comes from a new control partition whose offsets start at 0 again, so both erases
+    share offset 0. Both must hold, and `audit` (which replays every control range of a family
+    before its input) must find nothing (issue 42, item 1)."""
+    bootstrap, group, topic = env["KAFKA_BOOTSTRAP"], group_of(env), ks.topic(CONFIRMATIONS)
+    env16 = {**env, "TRANSCRIPT_PARTITIONS": "16"}
+    state = tmp_path / "state"
+    session = next(k for k in (f"agent:ops:telegram:direct:twice{i}" for i in range(200))
+                   if partition_for(k, 16) >= 8)  # its control partition is new after the move
+    confirm(ks, session, ["a1", "a2"], 8)
+    w = workers("w8", state)
+    wait_drained(bootstrap, group, topic, 120, [w])
+    first = cli("forget", session, "--reason", "first", "--wait", "60", env=env)
+    assert ok(first) and "offset 0" in first.stdout.decode(), first.stdout.decode()
+    assert w.stop() == 0, w.tail()
+
+    ok(cli("repartition", "--partitions", "16", env=env, timeout=300))
+    w = workers("w16", state, TRANSCRIPT_PARTITIONS="16")
+    confirm(ks, session, ["b1", "b2"], 16)
+    wait_drained(bootstrap, group, topic, 120, [w])
+    second = cli("forget", session, "--reason", "second", "--wait", "60", env=env16)
+    assert ok(second) and "offset 0" in second.stdout.decode(), second.stdout.decode()
+    wait_drained(bootstrap, group, topic, 120, [w])
+    assert w.stop() == 0, w.tail()
+
+    live = sessions_of(live_entries(ks)[0])
+    assert session not in live, live.get(session)
+    erasures = erasures_of(ks, session)  # both, until compaction keeps the latest
+    assert [(e["through_seq"], e["reason"]) for e in erasures] == [(2, "first"), (4, "second")]
+    assert_clean(audit(env16))
+
+
+def test_forget_refuses_a_stale_count_and_a_move_in_progress(ks, env):
+    """`forget` keys the erase for the topics' own count: one TRANSCRIPT_PARTITIONS contradicts
+    is refused, naming the count, and so is a move not done (issue 42, item 2)."""
+    session = "agent:ops:telegram:direct:stale"
+    admin = KafkaAdminClient(**ks.kafka_python_kwargs())
+    try:
+        from kafka.admin import NewPartitions
+
+        admin.create_partitions({ks.topic(t): NewPartitions(16)
+                                 for t in (CONFIRMATIONS, CONTROL, ENTRIES)})
+    finally:
+        admin.close()
+    poll_until(lambda: all(partition_counts(ks)[ks.topic(t)] == 16
+                           for t in (CONFIRMATIONS, CONTROL, ENTRIES)), 60, [], "16 partitions")
+    stale = cli("forget", session, "--reason", "x", "--force", env={
+        **env, "TRANSCRIPT_PARTITIONS": "8"})
+    forget_refused(stale, "16 partitions", "TRANSCRIPT_PARTITIONS says 8",
+                   "TRANSCRIPT_PARTITIONS=16")
+    assert sum(end_offsets(ks, ks.topic(CONTROL)).values()) == 0  # nothing published
+    unset = {k: v for k, v in env.items() if k != "TRANSCRIPT_PARTITIONS"}
+    done = ok(cli("forget", session, "--reason", "x", "--force", env=unset))
+    assert f"partition {partition_for(session, 16)} offset 0" in done, done
+
+    from workers.core.layout import Move, encode_move, move_key
+
+    publish(ks, ks.topic(LAYOUT), [(move_key(16, 32), encode_move(
+        Move(16, 32, (0,) * 16, (0,) * 16, "2026-12-04T00:00:00+00:00")))])
+    forget_refused(cli("forget", session, "--reason", "x", "--force", env=unset),
+                   "repartition 16 -> 32 is not done", "--partitions 32")
+
+
+def forget_refused(done, *words: str) -> None:  # noqa: ANN001
+    """`forget` exited 2 with one line on stderr naming each of `words`, and published nothing."""
+    err = done.stderr.decode(errors="replace")
+    assert done.returncode == 2 and done.stdout == b"", (done.returncode, done.stdout, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("forget: ") and "Traceback" not in err, err
+    for w in words:
+        assert w in lines[0], f"{w!r} not in: {lines[0]}"
+
+
+def test_a_worker_refuses_a_move_in_progress_and_the_move_refuses_a_worker_that_ran(
+        ks, env, workers, tmp_path):
+    """A move records itself in transcript.layout before it changes anything. A worker that
+    starts then refuses (exit 2, naming the move); one that joined before the record stops
+    the move before its first change, and once it has committed anything the move begins
+    again from the new offsets: no record is decided by a worker and then moved or trimmed
+    (issue 42, item 3)."""
+    from workers.commands.repartition import Mover, say
+
+    bootstrap, group, topic = env["KAFKA_BOOTSTRAP"], group_of(env), ks.topic(CONFIRMATIONS)
+    env16 = {**env, "TRANSCRIPT_PARTITIONS": "16"}
+    state = tmp_path / "state"
+    ok(cli("loadgen", "--count", "400", "--sessions", "40", "--seed", "9", env=env))
+    w = workers("w8", state)
+    wait_drained(bootstrap, group, topic, 120, [w])
+
+    # the race repartition's first look cannot see: a worker in the group as the move begins
+    from workers.commands.repartition import MoveRefused
+    from workers.core.outputs import SESSIONS, changelog_topic
+
+    mover = Mover(ks, group, changelog_topic(ks.topic_prefix, "transcript-owner", SESSIONS), say)
+    try:
+        mover._layout()
+        move = mover._begin(None, 8, 16, mover._counts())
+        with pytest.raises(MoveRefused, match="1 member"):
+            mover._still_stopped(move, 1)  # before the grow: nothing changed yet
+        # the worker decides more input meanwhile: the move's recorded offsets are stale now
+        ok(cli("loadgen", "--count", "200", "--sessions", "40", "--seed", "10", env=env))
+        wait_drained(bootstrap, group, topic, 120, [w])
+        assert w.stop() == 0, w.tail()
+        with pytest.raises(MoveRefused, match="committed offsets since the move 8 -> 16 began"):
+            mover._still_stopped(move, 30)
+    finally:
+        mover.admin.close()
+    assert partition_counts(ks)[ks.topic(ENTRIES)] == 8  # nothing grown
+    late = workers("late", tmp_path / "late")  # a worker started with the move in progress
+    assert late.proc.wait(timeout=120) == 2, late.tail()
+    assert "repartition 8 -> 16 is in progress" in late.log.read_text(), late.tail()
+
+    moved = ok(cli("repartition", "--partitions", "16", env=env, timeout=300))
+    assert "moved from 8 to 16 partitions" in moved, moved
+    w = workers("w16", state, TRANSCRIPT_PARTITIONS="16")
+    ok(cli("loadgen", "--count", "200", "--sessions", "40", "--seed", "11", env=env16))
+    wait_drained(bootstrap, group, topic, 120, [w])
+    assert w.stop() == 0, w.tail()
+    assert_clean(audit(env16))

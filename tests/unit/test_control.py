@@ -28,7 +28,9 @@ from workers.core.control import (
     Admit,
     admit_erase,
     control_offset,
+    held_tickets,
     ticket,
+    with_ticket,
 )
 from workers.core.outputs import CONFIRMATIONS, DLQ, ENTRIES, ERASURES, Source
 from workers.core.owner import Owner, Step, apply
@@ -216,7 +218,7 @@ def test_replay_and_audit_decide_alike_in_memory() -> None:
     state.hold(fwd.session_key, *fwd.ticket)
     [copy] = fwd.sends
     done = owner.handle(Source(INPUT, HOME, 9, copy.key, copy.value, copy.headers), state, NOW)
-    assert (done.outcome, done.ticket) == ("erased", (5, None))
+    assert (done.outcome, done.ticket) == ("erased", (5, ticket(VALUE), False))
     state.hold(done.session_key, *done.ticket)
     assert state.tickets == {}
     assert owner.handle(Source(INPUT, HOME, 10, KEY.encode(), VALUE), state, NOW).outcome \
@@ -233,3 +235,46 @@ def test_the_cut_over_of_a_store_is_checked_when_read() -> None:
     assert step.outcome == "dead_letter"
     assert "cut-over" in step.decided.error
     assert w.db()[CUTOVER_KEY] == b"not an offset"
+
+
+def test_two_erases_of_one_session_at_one_control_offset_are_both_held_and_both_obeyed() -> None:
+    """After a repartition a session's erases come from another control partition, whose
+    offsets start again at 0: its second erase can share the first's offset. audit replays
+    every control range of a family before its input, so both tickets are held at once; each
+    forwarded copy is admitted and spends its own (issue 42, item 1)."""
+    old, new = 8, 16
+    key = next(k for k in (f"agent:ops:telegram:direct:m{i}" for i in range(100))
+               if partition_for(k, old) != partition_for(k, new))
+    first = dumps(erase(session_key=key, erased_at="2026-05-01T12:00:00Z", reason="one"))
+    second = dumps(erase(session_key=key, erased_at="2026-05-01T13:00:00Z", reason="two"))
+    state = MemoryState(partition_cutover=0)
+    copies = []
+    for count, value in ((old, first), (new, second)):
+        owner = Owner(count, timedelta(days=7), lambda: WRITTEN_AT, control=CONTROL)
+        fwd = owner.handle(Source(CONTROL, partition_for(key, count), 0, key.encode(), value),
+                           state, NOW)
+        assert fwd.outcome == "forwarded"
+        apply(state, fwd)
+        copies.append(fwd.sends[0])
+    assert state.tickets == {(key, 0): f"{ticket(first)},{ticket(second)}"}
+    owner = Owner(new, timedelta(days=7), lambda: WRITTEN_AT, control=CONTROL)
+    home = partition_for(key, new)
+    for offset, copy in enumerate(copies):
+        step = owner.handle(Source(INPUT, home, 20 + offset, copy.key, copy.value, copy.headers),
+                            state, NOW)
+        assert step.outcome == "erased"
+        apply(state, step)
+    assert state.tickets == {}
+    # a copy sent again finds no ticket: a dead letter
+    again = owner.handle(Source(INPUT, home, 30, copies[0].key, copies[0].value,
+                                copies[0].headers), state, NOW)
+    assert again.outcome == "dead_letter"
+
+
+def test_spending_a_ticket_leaves_the_others_at_its_offset_and_reads_an_older_single_one():
+    assert held_tickets(None) == [] and held_tickets("ab") == ["ab"]
+    assert with_ticket(None, "ab", True) == "ab"
+    assert with_ticket("ab", "cd", True) == "ab,cd"
+    assert with_ticket("ab,cd,ab", "ab", False) == "cd,ab"  # one occurrence, never another's
+    assert with_ticket("ab", "cd", False) == "ab"
+    assert with_ticket("ab", "ab", False) is None

@@ -38,7 +38,7 @@ from workers.core import (
 )
 from workers.core.outputs import DLQ, Source
 from workers.core.owner import Owner, Step, apply
-from workers.core.state import micros
+from workers.core.state import micros, ticket_key
 from workers.stream.session_store import SessionStore, Write
 
 KEY = "agent:ops:telegram:group:-100123"
@@ -584,3 +584,25 @@ def test_a_migrated_store_decides_as_its_decoded_state(
         stores.apply(store.take_writes())
     for db in stores.dbs:  # every format-1 record is gone
         assert all(k.startswith((b'["h",', b'["s",')) for k in db.data)
+
+
+def test_tickets_at_one_control_offset_accumulate_across_batches_and_are_spent_one_by_one(
+) -> None:
+    """Two erases of one session forwarded at one control offset (from two control partitions,
+    across a repartition): the store holds both, in the batch and once written; spending one
+    leaves the other (workers/core/control.py)."""
+    stores = FakeStores()
+    store = store_over(stores)
+    store.partition = 0
+    store.hold(KEY, 0, "aa" * 32, True)
+    store.hold(KEY, 0, "bb" * 32, True)  # same batch: read from its pending writes
+    assert store.ticket(KEY, 0) == f"{'aa' * 32},{'bb' * 32}"
+    for p, k, v in store.take_writes():
+        stores.db_for(p).data[k] = v
+    again = store_over(stores)
+    again.partition = 0
+    again.hold(KEY, 0, "aa" * 32, False)
+    assert again.ticket(KEY, 0) == "bb" * 32
+    again.hold(KEY, 0, "bb" * 32, False)
+    assert again.ticket(KEY, 0) is None
+    assert again.take_writes() == [(0, ticket_key(KEY, 0), None)]

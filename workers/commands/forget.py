@@ -17,7 +17,12 @@ Later records of the session: a confirmation confirmed at or before the erasure 
 the erased history and is not written again (outcome `erased_send`, an info diagnostic
 `confirmed_before_erasure`); later ones start clean in the new epoch, at the next seq.
 
-Before publishing, the session's partition of transcript.entries is read (read_committed): a
+The session's partition is its partition under the topics' own count: TRANSCRIPT_PARTITIONS,
+when set, must say the same (a stale count exits 2 naming the topics' count: an erase keyed
+for it would be dead-lettered by the worker, and the session never erased); while a
+repartition is in progress (the topics' counts differ, or transcript.layout holds a move not
+done) it exits 2 saying to complete the move first. Before
+publishing, the session's partition of transcript.entries is read (read_committed): a
 session without a live entry is unknown or erased already, and exits 2 unless --force (which
 also erases a session that has state but no entry). The reason is never printed or logged.
 Exit 0 published (with --wait: recorded by the worker), 1 --wait timed out, 2 cannot run.
@@ -27,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from datetime import UTC, datetime
 
@@ -83,9 +89,21 @@ def run(args: argparse.Namespace) -> int:
     from transcript_connector.partitioning import partition_for
 
     from workers.core.outputs import CONTROL
+    from workers.partition_count import current_count
 
-    partition = partition_for(key, ws.partitions)
     try:
+        count = current_count(ks)  # the topics' own, never a stale TRANSCRIPT_PARTITIONS
+        if isinstance(count, str):
+            print(f"forget: {count}", file=sys.stderr)
+            return 2
+        if os.environ.get("TRANSCRIPT_PARTITIONS", "").strip() and count != ws.partitions:
+            # the operator's count is wrong: an erase keyed for it would go where the worker
+            # does not look for it (unset, the topics' count is taken)
+            print(f"forget: the topics have {count} partitions, TRANSCRIPT_PARTITIONS says "
+                  f"{ws.partitions} (stale after a repartition?): set "
+                  f"TRANSCRIPT_PARTITIONS={count}, or unset it", file=sys.stderr)
+            return 2
+        partition = partition_for(key, count)
         live = live_entries(ks, key, partition)
         if not live and not args.force:
             print(f"forget: no live entry of session {key} in transcript.entries (partition "

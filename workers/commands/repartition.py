@@ -24,6 +24,14 @@ publishing; each step can be run again, so a kill -9 at any point is completed b
            count (they re-check it while publishing), records still keyed for an old partition
            are re-keyed by the worker. `move/P-N` is marked done.
 
+The workers stay stopped throughout, and two fences hold them so: a worker reads
+transcript.layout when it starts and at every assignment and refuses (exit 2) while a move is
+recorded and not done; and before each step that changes data (grow, each partition's move,
+trim, open) the group must have no member and the committed offsets must be the ones recorded
+at begin. A worker that joined before the move was recorded stops it there; one that committed
+anything since makes the next run begin again from the new offsets, or, once the move has
+grown the topics, refuse.
+
 Then workers start with TRANSCRIPT_PARTITIONS=N, and topics.yaml declares N. The pause (the
 workers' stop to their start) is this command's time plus the operator's: printed per step.
 Records published under P after the workers stopped are decided under N: a session that moved
@@ -144,10 +152,11 @@ class Mover:
                 move = self._begin(move, old, new, counts)
                 self._step("begin", t)
                 t = time.monotonic()
+                self._still_stopped(move, wait_empty)
                 self._grow(self.inner, new, counts)
                 self._step("grow", t)
                 t = time.monotonic()
-                move = self._move_partitions(move)
+                move = self._move_partitions(move, wait_empty)
                 self._step("move", t)
             elif move is None or len(move.moved) != move.old:
                 raise MoveRefused(f"{self.input} has {counts[self.input]} partitions but "
@@ -155,9 +164,11 @@ class Mover:
                                   "the topic was grown by another tool; it cannot be moved")
             assert move is not None
             t = time.monotonic()
+            self._still_stopped(move, wait_empty)
             self._trim(move)
             self._step("trim", t)
             t = time.monotonic()
+            self._still_stopped(move, wait_empty)
             self._grow([self.input, self.control], new, counts)
             done = Move(move.old, move.new, move.input_offsets, move.control_offsets,
                         move.begun_at, _now())
@@ -230,6 +241,21 @@ class Mover:
                     "kafka-consumer-groups.sh --delete-members-...)")
             time.sleep(0.5)  # polling the coordinator: no event tells a group emptied
 
+    def _still_stopped(self, move: Move, wait: float) -> None:
+        """Before each step that changes data: no worker is in the group, and none committed
+        anything since the move began (its offsets are the ones recorded). A worker started
+        meanwhile refuses to take partitions (workers.stream.topic_check.MoveGuard: it reads
+        the move from transcript.layout at its start and at every assignment), so this is the
+        second fence: one that joined before the move was recorded stops the move here."""
+        self._group_empty(wait)
+        now = (self._committed(self.input, move.old), self._committed(self.control, move.old))
+        if now != (move.input_offsets, move.control_offsets):
+            raise MoveRefused(
+                f"the workers' group {self.group} committed offsets since the move "
+                f"{move.old} -> {move.new} began: a worker ran meanwhile. Stop every worker; "
+                "what was moved so far is kept, and the move cannot go on from these offsets "
+                "safely: `transcript-owner audit` shows what the worker decided")
+
     def _committed(self, topic: str, count: int) -> tuple[int, ...]:
         from kafka import TopicPartition
 
@@ -291,7 +317,7 @@ class Mover:
 
     # --- 3. move ------------------------------------------------------------------------
 
-    def _move_partitions(self, move: Move) -> Move:
+    def _move_partitions(self, move: Move, wait_empty: float) -> Move:
         from kafka import KafkaProducer
 
         todo = [p for p in range(move.old) if p not in move.moved]
@@ -306,6 +332,7 @@ class Mover:
         try:
             producer.init_transactions()  # fences a killed run's producer, aborts its copy
             for p in todo:
+                self._still_stopped(move, wait_empty)
                 ends[p] = self._move_partition(producer, move, p)
         finally:
             producer.close()

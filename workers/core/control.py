@@ -5,9 +5,13 @@ operator's act: `forget` writes `session-erase/1` to `transcript.control`, which
 operator principal may write. The worker reads partition p of the control topic with input
 partition p and, in p's transaction, *forwards* each erase into input partition p with the
 header `control.offset` and remembers a ticket (the SHA-256 of its bytes) in the session's
-state. The erase takes effect when the forwarded copy comes round on the input: so it has one
-place in the session's order, the input partition, which `audit` replays exactly as the worker
-decided it. A forwarded copy without its ticket (forged, or sent again) is a dead letter.
+state, under that control offset. A session may hold several tickets at one offset: after a
+`repartition` its erases come from another control partition, whose offsets start again at 0,
+so two erases of one session can share an offset; each is kept, and spent, by its digest
+(`audit` replays every control range of a family before its input, so it holds both too). The
+erase takes effect when the forwarded copy comes round on the input: so it has one place in
+the session's order, the input partition, which `audit` replays exactly as the worker decided
+it. A forwarded copy without its ticket (forged, or sent again) is a dead letter.
 
 On the input topic, an erase is obeyed only:
 - as a forwarded copy whose ticket the session holds (and the ticket is then spent), or
@@ -59,12 +63,30 @@ def control_offset(headers: Any) -> int | None:
     return None
 
 
+def held_tickets(raw: str | None) -> list[str]:
+    """The tickets a session holds at one control offset, as stored: digests joined by `,`
+    (one alone before several could be held: the same bytes)."""
+    return [] if not raw else raw.split(",")
+
+
+def with_ticket(raw: str | None, digest: str, keep: bool) -> str | None:
+    """The stored tickets at one offset after keeping (or spending) `digest`: one occurrence
+    spent, never another's; None when none is left (the key is deleted)."""
+    held = held_tickets(raw)
+    if keep:
+        held.append(digest)
+    elif digest in held:
+        held.remove(digest)
+    return ",".join(held) or None
+
+
 def admit_erase(offset: int, value: bytes, at: int | None, held: str | None,
                 cutover: int | None) -> Admit | str:
     """Whether an erase read from the input topic at `offset` is obeyed, or the dead-letter
-    reason. `at`: its `control_offset` header; `held`: the ticket the session holds for that
-    control offset (None: none); `cutover`: the partition's cut-over (None: not known)."""
-    if at is not None and at >= 0 and held is not None and held == ticket(value):
+    reason. `at`: its `control_offset` header; `held`: the tickets the session holds at that
+    control offset, as stored (None: none); `cutover`: the partition's cut-over (None: not
+    known)."""
+    if at is not None and at >= 0 and ticket(value) in held_tickets(held):
         return Admit(at)
     if cutover is None or offset < cutover:
         return Admit(None)  # history, decided by a 1.1 worker: as it was
@@ -87,5 +109,7 @@ __all__ = [
     "admit_erase",
     "clamped",
     "control_offset",
+    "held_tickets",
     "ticket",
+    "with_ticket",
 ]

@@ -60,9 +60,9 @@ class Step(NamedTuple):
     # a session-erase: before storing `head`, tombstone the session's stored state (its head
     # and every remembered send_id; the shell's store finds them, e.g. by a prefix scan)
     erase: bool = False
-    # a forwarded erase's ticket: (control offset, digest) to keep, (control offset, None) to
-    # spend; None: nothing
-    ticket: tuple[int, str | None] | None = None
+    # a forwarded erase's ticket: (control offset, digest, True) to keep, (…, False) to spend;
+    # None: nothing
+    ticket: tuple[int, str, bool] | None = None
 
 
 @dataclass
@@ -114,7 +114,7 @@ class Owner:
             if not isinstance(admitted, Admit):
                 return self._dead(dead_letter(admitted, key), source)
             if admitted.ticket is not None:
-                spend = (admitted.ticket, None)
+                spend = (admitted.ticket, ticket(value), False)
                 erase = cast(SessionErase, record)
                 record = _erased_at(erase, clamped(erase.erased_at, now or self.clock()))
         if partitions is not None:
@@ -147,7 +147,7 @@ class Owner:
             return self._dead(dead_letter(NOT_ITS_PARTITION, key), source)
         copy = OutRecord(CONFIRMATIONS, key.encode(), value, source.partition,
                          ((CONTROL_OFFSET_HEADER, str(source.offset).encode()),))
-        return Step("forwarded", [copy], key, ticket=(source.offset, ticket(value)))
+        return Step("forwarded", [copy], key, ticket=(source.offset, ticket(value), True))
 
     def _dead(self, outcome: Outcome, source: Source) -> Step:
         return Step("dead_letter", encode(outcome, source, self.partitions or 1),

@@ -16,6 +16,7 @@ from typing import Protocol, cast
 
 from transcript_connector.records import CONFIRMATION, DeliveryConfirmation, InputRecord
 
+from workers.core.control import with_ticket
 from workers.core.decide import DEFAULT_DEDUPE_WINDOW, Decision, decide
 from workers.core.errors import OwnerError
 from workers.core.outcomes import HANDLING_FAILED, Outcome, dead_letter
@@ -57,8 +58,9 @@ class StateStore(StateView, Protocol):
         """Store a new head (None: unchanged) and a send_id with what to remember of it."""
         ...
 
-    def hold(self, key: str, control_offset: int, digest: str | None) -> None:
-        """Keep a forwarded erase's ticket (None: spend it)."""
+    def hold(self, key: str, control_offset: int, digest: str, keep: bool) -> None:
+        """Keep a forwarded erase's ticket (`keep`), or spend it: one of those held at the
+        offset, by its digest (workers/core/control.py)."""
         ...
 
 
@@ -68,7 +70,7 @@ class MemoryState:
 
     heads: dict[str, SessionHead] = field(default_factory=dict)
     seens: dict[tuple[str, str], Seen] = field(default_factory=dict)
-    tickets: dict[tuple[str, int], str] = field(default_factory=dict)
+    tickets: dict[tuple[str, int], str] = field(default_factory=dict)  # as stored (control.py)
     partition_cutover: int | None = None  # one partition's state (audit), or none (replay)
 
     def head(self, key: str) -> SessionHead:
@@ -83,12 +85,13 @@ class MemoryState:
     def cutover(self) -> int | None:
         return self.partition_cutover
 
-    def hold(self, key: str, control_offset: int, digest: str | None) -> None:
-        """Keep a forwarded erase's ticket (None: spend it)."""
-        if digest is None:
+    def hold(self, key: str, control_offset: int, digest: str, keep: bool) -> None:
+        """Keep a forwarded erase's ticket, or spend it (workers/core/control.py)."""
+        held = with_ticket(self.tickets.get((key, control_offset)), digest, keep)
+        if held is None:
             self.tickets.pop((key, control_offset), None)
         else:
-            self.tickets[(key, control_offset)] = digest
+            self.tickets[(key, control_offset)] = held
 
     def erase(self, key: str) -> None:
         """Forget the session's state (`forget`): its head and every remembered send_id. The

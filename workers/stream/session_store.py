@@ -32,6 +32,7 @@ from workers.core import (
     parse_seen_key,
     seen_key,
 )
+from workers.core.control import with_ticket
 from workers.core.state import CUTOVER_KEY, SEEN_KEYS_FROM, micros, ticket_key
 from workers.stream.local_state import OWN_KEYS  # a store's own bookkeeping: not sessions
 
@@ -97,10 +98,12 @@ class SessionStore:
 
     # --- writes ---------------------------------------------------------------------------
 
-    def hold(self, key: str, control_offset: int, digest: str | None) -> None:
-        """Keep a forwarded erase's ticket (None: spend it), in `pending` like every write."""
+    def hold(self, key: str, control_offset: int, digest: str, keep: bool) -> None:
+        """Keep a forwarded erase's ticket, or spend it (workers/core/control.py), in
+        `pending` like every write."""
+        held = with_ticket(self.ticket(key, control_offset), digest, keep)
         self.pending[(self.partition, ticket_key(key, control_offset))] = \
-            None if digest is None else digest.encode("ascii")
+            None if held is None else held.encode("ascii")
 
     def set_cutover(self, partition: int, offset: int) -> None:
         """The partition's erase cut-over, written once, with the first batch that reads it."""

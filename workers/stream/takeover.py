@@ -21,18 +21,20 @@ from workers.stream.checkpoints import Checkpointer
 from workers.stream.clients import offsets_reader
 from workers.stream.processor import EXIT_FATAL
 from workers.stream.state_owner import StateOwner
+from workers.stream.topic_check import MoveGuard
 from workers.stream.transactions import BatchTransactions
 
 log = logging.getLogger("transcript_owner.worker")
 
 
 EXIT_STALE_STATE = 75  # local state ahead of its changelog: discarded, restart me
+EXIT_MOVE_PENDING = 2  # a repartition is moving the partitions: start again once it is done
 
 
 def on_assigned(app, ks: KafkaSettings, transactions: BatchTransactions | None,  # noqa: ANN001
                 input_name: str, read: frozenset[str], diagnostics: str, state: StateOwner,
                 metrics: Metrics, health: Health, checkpoints: Checkpointer | None = None, *,
-                settle_timeout_s: float = 90.0) -> None:
+                settle_timeout_s: float = 90.0, moves: MoveGuard | None = None) -> None:
     """At each assignment, before faust resumes the partitions. Exactly-once (`transactions`):
     wait until the partitions' last owners' transactions have ended (their offset commits are
     stable, and no transaction is open on their changelog and diagnostics partitions), so the
@@ -72,6 +74,8 @@ def on_assigned(app, ks: KafkaSettings, transactions: BatchTransactions | None, 
             mine = sorted({tp.partition for tp in assigned if tp.topic == input_name})
             began = settled = time.monotonic()
             loop = asyncio.get_running_loop()
+            if moves is not None:
+                await refuse_during_a_move(moves, ks)
             if transactions is not None:
                 health.send(Assigned(generation_id))
                 # this worker's own last incarnation is fenced once its producer holds its id
@@ -113,3 +117,14 @@ def on_assigned(app, ks: KafkaSettings, transactions: BatchTransactions | None, 
             await recover(assigned, revoked, newly_assigned, generation_id)
 
     recover = replace_table_rebalance(app, on_rebalance)  # faust's: the tables' recovery
+
+
+async def refuse_during_a_move(moves: MoveGuard, ks: KafkaSettings) -> None:
+    """A repartition begun since the worker started (it records itself in transcript.layout
+    before it changes anything): take nothing, exit 2; the next start refuses until the move
+    is done. A metadata request and a ListOffsets of the layout per assignment."""
+    why = await asyncio.get_running_loop().run_in_executor(None, moves.pending, ks)
+    if why is not None:
+        log.error("not taking the assigned partitions: %s; exiting %d", why, EXIT_MOVE_PENDING)
+        logging.shutdown()
+        os._exit(EXIT_MOVE_PENDING)

@@ -56,7 +56,7 @@ from workers.stream.positions import GapProbe, GapWatch, PositionKeeper
 from workers.stream.processor import EXIT_FATAL, BatchClock, Processor
 from workers.stream.state_owner import StateOwner
 from workers.stream.takeover import on_assigned
-from workers.stream.topic_check import check_topics
+from workers.stream.topic_check import MoveGuard, check_topics
 from workers.stream.transactions import BatchTransactions, worker_transactional_id
 
 if TYPE_CHECKING:
@@ -100,7 +100,8 @@ class _WithApp(Service):
 
 
 def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str, int],
-              http_socket=None, metrics: Metrics | None = None):  # noqa: ANN001
+              http_socket=None, metrics: Metrics | None = None,  # noqa: ANN001
+              moves: MoveGuard | None = None):
     """`http_socket`: a bound socket to serve /livez /readyz /metrics on."""
     import faust
 
@@ -168,7 +169,8 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         positions = PositionKeeper(ks.topic(ENTRIES))
         metrics.positions = positions.lag
     on_assigned(app, ks, transactions, inbox.topic, inbox.topics, ks.topic(DIAGNOSTICS), state,
-                metrics, health, checkpoints, settle_timeout_s=ws.transaction_timeout_s + 30)
+                metrics, health, checkpoints, settle_timeout_s=ws.transaction_timeout_s + 30,
+                moves=moves)
     processor = Processor(
         app, inbox, state, owner,
         {name: ks.topic(name) for name in (CONFIRMATIONS, ENTRIES, DIAGNOSTICS, DLQ, ERASURES)},
@@ -279,14 +281,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
     try:
-        counts = check_topics(ks, ws)
+        moves = MoveGuard()
+        counts = check_topics(ks, ws, moves)
         if isinstance(counts, str):
             print(f"error: {counts}", file=sys.stderr)
             return 2
         from faust import Worker
 
         metrics = Metrics()
-        app, state = build_app(ks, ws, counts, http_socket, metrics)
+        app, state = build_app(ks, ws, counts, http_socket, metrics, moves)
         tabledir = Path(app.conf.tabledir)
         tabledir.mkdir(parents=True, exist_ok=True)
         local_state.warn_legacy_layout(ws.state_dir, Path(app.conf.datadir))
