@@ -706,3 +706,27 @@ def test_cli_output_is_strict_json_and_nan_or_deep_arguments_exit_2() -> None:
         assert (done.returncode, done.stdout) == (2, b""), done.stderr
         assert done.stderr.decode().startswith("render: line 1: tool_calls[0].arguments: ")
         assert "Traceback" not in done.stderr.decode()
+
+
+# --- issue 42, item 11: nothing in posted_by or a tool call is silently lost ---------------
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        (
+            '{"role": "assistant", "text": "x", "posted_by": {"kind": "subagent", "id": "r",'
+            ' "label": "research"}}',
+            "line 2: posted_by.label: unknown field",
+        ),
+        (
+            '{"role": "assistant", "text": "", "tool_calls": [{"id": "c", "name": "n",'
+            ' "args": {"q": 1}}]}',
+            "line 2: tool_calls[0].args: unknown field",
+        ),
+    ],
+)
+def test_an_unknown_field_in_posted_by_or_a_tool_call_is_refused(line: str, error: str) -> None:
+    # item 11: `label` for a sub-agent's name (or `args` for arguments) was silently lost
+    errors = _errors('{"role": "user", "text": "ok"}\n' + line + "\n")
+    assert errors and errors[0].startswith(error), errors

@@ -47,7 +47,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar, get_args
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 from schemas import MediaRef, PostedBy, Record, TranscriptEntry
@@ -71,8 +71,11 @@ class ToolCall(Record):
     """A tool call an assistant made. `arguments` is the text of a JSON object.
 
     Given as an object or as its JSON text; either way it must be JSON a provider can read
-    back (see `json_problem`).
+    back (see `json_problem`). An unknown field is refused: `args` for `arguments` would
+    otherwise render as a call without arguments.
     """
+
+    model_config = ConfigDict(extra="forbid")
 
     id: Annotated[str, Field(min_length=1)]
     name: Annotated[str, Field(min_length=1)]
@@ -129,6 +132,17 @@ def json_problem(value: Any, max_depth: int = MAX_JSON_DEPTH) -> str | None:
     return None
 
 
+class PostedByLine(PostedBy):
+    """`posted_by` as a history line gives it: an unknown field is refused.
+
+    A `label` where `name` belongs would otherwise vanish from the attribution. (A
+    transcript entry's `posted_by` is a wire record: unknown fields ignored, as every reader
+    of the topic does.)
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class HistoryLine(Record):
     """One message of a session's history, as `render` reads it (a JSON line).
 
@@ -141,7 +155,7 @@ class HistoryLine(Record):
     text: str
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = Field(default=None, validate_default=True)
-    posted_by: PostedBy | None = None
+    posted_by: PostedByLine | None = None
     epoch: Annotated[int, Field(ge=0)] | None = None
     media: tuple[MediaRef, ...] = ()
 
@@ -162,6 +176,14 @@ class HistoryLine(Record):
             raise PydanticCustomError("history_line", "only a tool line has one")
         return value
 
+    @field_validator("posted_by", mode="before")
+    @classmethod
+    def _from_a_record(cls, value: Any) -> Any:
+        """A PostedBy record (a transcript entry's) as its fields: it was checked as a record."""
+        if isinstance(value, PostedBy) and not isinstance(value, PostedByLine):
+            return value.model_dump(by_alias=True)
+        return value
+
     @field_validator("posted_by")
     @classmethod
     def _posted_by_assistant(cls, value: PostedBy | None, info: ValidationInfo) -> Any:
@@ -175,7 +197,7 @@ def from_entry(entry: TranscriptEntry) -> HistoryLine:
     return HistoryLine(
         role="assistant",
         text=entry.text,
-        posted_by=entry.posted_by,
+        posted_by=PostedByLine.model_validate(entry.posted_by.model_dump(by_alias=True)),
         epoch=entry.epoch,
         media=entry.media,
     )
@@ -437,6 +459,7 @@ __all__ = [
     "Family",
     "HistoryLine",
     "InvalidHistory",
+    "PostedByLine",
     "Problem",
     "ToolCall",
     "attribution",
