@@ -761,6 +761,22 @@ def test_all_epochs_makes_a_reused_tool_call_id_unique_within_the_request(family
     assert render(REUSED_AFTER_RESET, family, all_epochs=True) == request  # type: ignore[arg-type]
 
 
+def test_gemini_keeps_user_text_out_of_the_function_response_turn() -> None:
+    # item 9: Vertex AI refuses a Content that mixes functionResponse with any other part
+    lines = [user("u1"), call("c1", text="looking"), user("any news?"), tool("c1", "found")]
+    assert compact("gemini", render(lines, "gemini")) == [
+        ("user", ("u1",)),
+        ("model", ("looking", "call:c1")),
+        ("user", ("result:c1:found",)),
+        ("user", ("any news?",)),
+    ]
+    with_reset = [*lines, user("fresh", epoch=1)]
+    contents = render(with_reset, "gemini", all_epochs=True)["contents"]
+    for content in contents:
+        kinds = {"functionResponse" in p for p in content["parts"]}
+        assert len(kinds) == 1, content
+
+
 @pytest.mark.parametrize("family", ["anthropic", "strict"])
 def test_whitespace_only_text_makes_no_block_and_the_final_assistant_text_is_trimmed(
     family: str,

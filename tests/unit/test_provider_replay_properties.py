@@ -238,11 +238,16 @@ def test_strict_alternates_from_user(lines: list[HistoryLine]) -> None:
 def test_gemini_and_anthropic_start_with_user_and_merge_same_roles(
     lines: list[HistoryLine], family: Family
 ) -> None:
+    # gemini: but a Content of function responses holds nothing else (Vertex AI refuses the
+    # mix), so user text after a tool's results is a user Content of its own
     request = render(lines, family, all_epochs=True)
     turns = request["contents"] if family == "gemini" else request["messages"]
-    roles = [t["role"] for t in turns]
-    assert roles[0] == "user"
-    assert all(a != b for a, b in zip(roles, roles[1:], strict=False))
+    kinds = [
+        (t["role"], family == "gemini" and any("functionResponse" in p for p in t["parts"]))
+        for t in turns
+    ]
+    assert kinds[0][0] == "user"
+    assert all(a != b for a, b in zip(kinds, kinds[1:], strict=False))
     for t in turns:
         items = t["parts"] if family == "gemini" else t["content"]
         assert items

@@ -33,7 +33,9 @@ Rules (the renaming of 4 happens before the pairing of 2; neither changes the ot
      the history would start with the assistant (Bedrock rejects that). The final assistant
      text loses its trailing whitespace (Anthropic refuses it).
    - gemini: `contents` with roles user|model and parts; functionCall / functionResponse
-     (`response: {"output": text}`); same-role turns merged; `CONTINUES` first when needed.
+     (`response: {"output": text}`); same-role turns merged, but a Content holding function
+     responses holds nothing else (Vertex AI refuses the mix): user text after them is a
+     user Content of its own; `CONTINUES` first when needed.
    - strict: `messages` of {role, content: string}, user and assistant strictly alternating
      from user. Tool calls become assistant text `[tool call ID: NAME ARGUMENTS]`, results
      user text `[tool result ID: NAME]` + newline + text; same-role runs are joined with a
@@ -55,7 +57,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar, get_args
 
@@ -553,6 +555,10 @@ def _anthropic(lines: Iterable[HistoryLine]) -> list[Message]:
     return [{"role": role, "content": blocks} for role, blocks in merged]
 
 
+def _responses(parts: list[Message]) -> bool:
+    return any("functionResponse" in p for p in parts)
+
+
 def _gemini(lines: Sequence[HistoryLine]) -> list[Message]:
     names: dict[str, str] = {}  # call id -> name, of the latest call (it precedes its results)
     turns: list[tuple[str, list[Message]]] = []
@@ -569,7 +575,9 @@ def _gemini(lines: Sequence[HistoryLine]) -> list[Message]:
             for c in line.tool_calls
         ]
         turns.append(("model" if line.role == "assistant" else "user", parts))
-    merged = _merge(turns, first_user=[{"text": CONTINUES}])
+    # Vertex AI refuses a Content that mixes functionResponse with other parts: user text
+    # that followed a tool's results gets a user Content of its own after them
+    merged = _merge(turns, first_user=[{"text": CONTINUES}], kind=_responses)
     return [{"role": role, "parts": parts} for role, parts in merged]
 
 
@@ -595,14 +603,17 @@ def _strict(lines: Sequence[HistoryLine]) -> list[Message]:
 
 
 def _merge(
-    turns: Iterable[tuple[str, list[T]]], *, first_user: list[T]
+    turns: Iterable[tuple[str, list[T]]],
+    *,
+    first_user: list[T],
+    kind: Callable[[list[T]], bool] = lambda items: False,
 ) -> list[tuple[str, list[T]]]:
-    """Drop empty turns, merge same-role neighbours, start with a user turn."""
+    """Drop empty turns, merge same-role neighbours of one `kind`, start with a user turn."""
     out: list[tuple[str, list[T]]] = []
     for role, items in turns:
         if not items:
             continue
-        if out and out[-1][0] == role:
+        if out and out[-1][0] == role and kind(out[-1][1]) == kind(items):
             out[-1][1].extend(items)
         else:
             out.append((role, list(items)))
