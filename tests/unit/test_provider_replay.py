@@ -23,10 +23,12 @@ from workers.core.provider_replay import (
     CONTINUES,
     FAMILIES,
     RESET_NOTE,
+    EmptyRequest,
     HistoryLine,
     InvalidHistory,
     ToolCall,
     attribution,
+    mapped,
     pair_tool_results,
     problems,
     render,
@@ -310,7 +312,6 @@ CASES: dict[str, tuple[list[HistoryLine], dict[str, list[tuple[str, tuple[str, .
             ],
         },
     ),
-    "empty history": ([], {"openai": [], "anthropic": [], "gemini": [], "strict": []}),
 }
 
 
@@ -353,14 +354,6 @@ def test_all_epochs_marks_each_reset(family: str) -> None:
             ("user", ("u1",)),
             (assistant, ("a1",)),
         ]
-
-
-def test_empty_history_is_an_empty_list_for_every_family() -> None:
-    assert render([], "openai") == {"messages": []}
-    assert render([], "anthropic") == {"messages": []}
-    assert render([], "gemini") == {"contents": []}
-    assert render([], "strict") == {"messages": []}
-    assert render([], "strict", all_epochs=True) == {"messages": []}
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -499,10 +492,13 @@ def test_a_call_id_reused_after_a_reset_pairs_with_its_own_epochs_call() -> None
     assert not problems(lines)
     order = [x.text for x in pair_tool_results(lines)]
     assert order == ["u0", "calls search", "old", "u1", "calls fetch", "new", "r1"]
+    # one request holds an id once: the latest epoch keeps c1, epoch 0's is mapped
+    old = mapped("c1", "0:c1")
+    assert re.fullmatch(r"c1_[0-9a-f]{8}", old)
     strict = [m["content"] for m in render(lines, "strict", all_epochs=True)["messages"]]
     assert strict[1:4] == [
-        "calls search\n[tool call c1: search {}]",
-        f"[tool result c1: search]\nold\n\n{RESET_NOTE}\n\nu1",
+        f"calls search\n[tool call {old}: search {{}}]",
+        f"[tool result {old}: search]\nold\n\n{RESET_NOTE}\n\nu1",
         "calls fetch\n[tool call c1: fetch {}]",
     ]
     assert strict[4].startswith("[tool result c1: fetch]\nnew")
@@ -706,3 +702,188 @@ def test_cli_output_is_strict_json_and_nan_or_deep_arguments_exit_2() -> None:
         assert (done.returncode, done.stdout) == (2, b""), done.stderr
         assert done.stderr.decode().startswith("render: line 1: tool_calls[0].arguments: ")
         assert "Traceback" not in done.stderr.decode()
+
+
+# --- what the providers' servers refuse (issue 42, items 8-11) -----------------------------
+
+
+def _tool_ids(family: str, request: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(call ids, result ids) in request order, in the family's own shape."""
+    calls: list[str] = []
+    results: list[str] = []
+    if family == "gemini":
+        for c in request["contents"]:
+            calls += [p["functionCall"]["id"] for p in c["parts"] if "functionCall" in p]
+            results += [p["functionResponse"]["id"] for p in c["parts"] if "functionResponse" in p]
+    elif family == "anthropic":
+        for m in request["messages"]:
+            calls += [b["id"] for b in m["content"] if b["type"] == "tool_use"]
+            results += [b["tool_use_id"] for b in m["content"] if b["type"] == "tool_result"]
+    elif family == "openai":
+        for m in request["messages"]:
+            calls += [c["id"] for c in m.get("tool_calls", ())]
+            results += [m["tool_call_id"]] if m["role"] == "tool" else []
+    else:
+        text = "\n".join(m["content"] for m in request["messages"])
+        calls = re.findall(r"^\[tool call (\S+): ", text, re.M)
+        results = re.findall(r"^\[tool result (\S+): ", text, re.M)
+    return calls, results
+
+
+REUSED_AFTER_RESET = [
+    user("u0", epoch=0),
+    call("c1", "c2", text="two calls"),
+    tool("c2", "old two"),
+    tool("c1", "old one"),
+    user("u1", epoch=1),
+    call("c1", text="again"),
+    tool("c1", "new one"),
+]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_all_epochs_makes_a_reused_tool_call_id_unique_within_the_request(family: str) -> None:
+    # item 8: ids are unique per epoch only; one request must not hold one twice ("tool_use
+    # ids must be unique"). The latest epoch keeps its ids, so they match the default render.
+    request = render(REUSED_AFTER_RESET, family, all_epochs=True)  # type: ignore[arg-type]
+    calls, results = _tool_ids(family, request)
+    assert len(calls) == 3 and len(set(calls)) == 3, calls
+    assert sorted(results) == sorted(calls)
+    assert calls[2] == "c1"  # the latest epoch's own id
+    assert calls[:2] != ["c1", "c2"]
+    assert _tool_ids(family, render(REUSED_AFTER_RESET, family))[0] == ["c1"]  # type: ignore[arg-type]
+    # pairing kept: each result still carries its own call's text
+    got = compact(family, request)
+    if family != "strict":
+        pieces = [p for _, ps in got for p in ps]
+        for i, old in ((calls[0], "old one"), (calls[1], "old two"), ("c1", "new one")):
+            assert any(p in (f"result:{i}:{old}",) for p in pieces), (i, pieces)
+    assert render(REUSED_AFTER_RESET, family, all_epochs=True) == request  # type: ignore[arg-type]
+
+
+def test_gemini_keeps_user_text_out_of_the_function_response_turn() -> None:
+    # item 9: Vertex AI refuses a Content that mixes functionResponse with any other part
+    lines = [user("u1"), call("c1", text="looking"), user("any news?"), tool("c1", "found")]
+    assert compact("gemini", render(lines, "gemini")) == [
+        ("user", ("u1",)),
+        ("model", ("looking", "call:c1")),
+        ("user", ("result:c1:found",)),
+        ("user", ("any news?",)),
+    ]
+    with_reset = [*lines, user("fresh", epoch=1)]
+    contents = render(with_reset, "gemini", all_epochs=True)["contents"]
+    for content in contents:
+        kinds = {"functionResponse" in p for p in content["parts"]}
+        assert len(kinds) == 1, content
+
+
+@pytest.mark.parametrize("family", ["anthropic", "strict"])
+def test_whitespace_only_text_makes_no_block_and_the_final_assistant_text_is_trimmed(
+    family: str,
+) -> None:
+    # item 10: Anthropic refuses a whitespace-only text block ("text content blocks must
+    # contain non-whitespace text") and a final assistant text ending in whitespace
+    lines = [user("  \n"), user("u1"), call("c1", text=" \t"), tool("c1", " "), reply("done \n ")]
+    got = compact(family, render(lines, family))  # type: ignore[arg-type]
+    if family == "anthropic":
+        assert got == [
+            ("user", ("u1",)),
+            ("assistant", ("call:c1",)),
+            ("user", ("result:c1:",)),
+            ("assistant", ("done",)),
+        ]
+        result = render(lines, "anthropic")["messages"][2]["content"][0]
+        assert "content" not in result
+    else:
+        assert got == [
+            ("user", ("u1",)),
+            ("assistant", (_strict_call("c1"),)),
+            ("user", ("[tool result c1: search]",)),
+            ("assistant", ("done",)),
+        ]
+    # only the final assistant text: an earlier one keeps its whitespace
+    kept = compact(family, render([user("u"), reply("a \n"), user("v"), reply("b ")], family))  # type: ignore[arg-type]
+    assert kept[1] == ("assistant", ("a \n",)) and kept[3] == ("assistant", ("b",))
+
+
+ODD_IDS = {
+    "anthropic": ["toolu.01:x", "call/ü", "a" * 20],
+    "openai": ["x" * 41, "call_" + "9" * 60, "ok.id:1"],
+}
+
+
+def _odd_history(ids: list[str], names: list[str]) -> list[HistoryLine]:
+    out = [user("go")]
+    for i, name in zip(ids, names, strict=True):
+        out.append(HistoryLine(role="assistant", text="", tool_calls=(ToolCall(id=i, name=name),)))
+        out.append(tool(i, f"result of {i}"))
+    return out
+
+
+@pytest.mark.parametrize("family", ["anthropic", "openai"])
+def test_tool_ids_and_names_are_mapped_to_the_providers_patterns(family: str) -> None:
+    # item 10: Anthropic ids ^[a-zA-Z0-9_-]+$, OpenAI ids at most 40 characters; names
+    # ^[a-zA-Z0-9_-]{1,64}$ for both. Mapped deterministically, a call and its result alike,
+    # two different ids or names never to one.
+    ids = ODD_IDS[family]
+    names = ["mcp.search", "ns:tool", "n" * 70]
+    lines = _odd_history(ids, names)
+    request = render(lines, family)  # type: ignore[arg-type]
+    calls, results = _tool_ids(family, request)
+    assert calls == results and len(set(calls)) == len(ids)
+    pattern = r"[a-zA-Z0-9_-]+" if family == "anthropic" else r".{1,40}"
+    assert all(re.fullmatch(pattern, i) for i in calls), calls
+    if family == "anthropic":
+        assert calls[2] == "a" * 20  # a valid id is kept
+        got_names = [
+            b["name"] for m in request["messages"] for b in m["content"] if b["type"] == "tool_use"
+        ]
+    else:
+        got_names = [
+            c["function"]["name"] for m in request["messages"] for c in m.get("tool_calls", ())
+        ]
+    assert all(re.fullmatch(r"[a-zA-Z0-9_-]{1,64}", n) for n in got_names), got_names
+    assert len(set(got_names)) == 3
+    assert got_names[0].startswith("mcp_search_")
+    assert render(lines, family) == request  # type: ignore[arg-type]
+    # a mapped id never takes another call's id, even one spelled like the mapping
+    taken = calls[0]
+    clash = _odd_history([ids[0], taken], ["a", "b"])
+    clashed, _ = _tool_ids(family, render(clash, family))  # type: ignore[arg-type]
+    assert clashed[1] == taken and clashed[0] != taken
+
+
+def test_an_empty_request_is_refused_for_every_family() -> None:
+    # item 10: google-genai refuses to send {"contents": []}; OpenAI and Anthropic refuse an
+    # empty `messages` as well
+    for family in FAMILIES:
+        with pytest.raises(EmptyRequest, match="nothing to render"):
+            render([], family)
+    for family in ("anthropic", "gemini", "strict"):
+        with pytest.raises(EmptyRequest):
+            render([user(" "), reply("")], family)
+    done = _cli("--provider", "gemini", "-", stdin=b"\n")
+    assert (done.returncode, done.stdout) == (2, b""), done.stderr
+    assert done.stderr.decode().startswith("render: nothing to render")
+    assert len(done.stderr.decode().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [
+        (
+            '{"role": "assistant", "text": "x", "posted_by": {"kind": "subagent", "id": "r",'
+            ' "label": "research"}}',
+            "line 2: posted_by.label: unknown field",
+        ),
+        (
+            '{"role": "assistant", "text": "", "tool_calls": [{"id": "c", "name": "n",'
+            ' "args": {"q": 1}}]}',
+            "line 2: tool_calls[0].args: unknown field",
+        ),
+    ],
+)
+def test_an_unknown_field_in_posted_by_or_a_tool_call_is_refused(line: str, error: str) -> None:
+    # item 11: `label` for a sub-agent's name (or `args` for arguments) was silently lost
+    errors = _errors('{"role": "user", "text": "ok"}\n' + line + "\n")
+    assert errors and errors[0].startswith(error), errors

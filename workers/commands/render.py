@@ -5,7 +5,8 @@ FILE (`-` = stdin) holds JSON lines, each a history line
     {"role": "user"|"assistant"|"tool", "text": "...",
      "tool_calls": [{"id", "name", "arguments"}]   (assistant; arguments: object or its JSON)
      "tool_call_id": "..."                         (tool)
-     "posted_by": {"kind", "id", "name"?, "run_id"?} (assistant), "epoch": N, "media": [...]}
+     "posted_by": {"kind", "id", "name"?, "run_id"?} (assistant), "epoch": N,
+     "media": [{"kind", "name"}]}
 
 or a transcript-entry/1 from `transcript.entries` (an assistant line: its text, posted_by,
 epoch and media names). Blank lines are skipped; line numbers still count them.
@@ -13,9 +14,12 @@ epoch and media names). Blank lines are skipped; line numbers still count them.
 Prints one JSON object: `{"messages": [...]}` (openai, anthropic, strict) or
 `{"contents": [...]}` (gemini); the rules are in workers/core/provider_replay.py. Exit 0;
 exit 2 on invalid input, one `render: line N: FIELD: problem` line each on stderr (never the
-message text). JSON has no NaN or Infinity: a line holding one anywhere, even in a field
-`render` ignores, is invalid; so are tool arguments that hold a number beyond a double
-(1e400) or nest too deeply. The output is strict JSON.
+message text), and exit 2 with one `render: nothing to render: …` line when the request would
+hold no turn (every provider refuses an empty one). An unknown field inside `posted_by` or a
+tool call is invalid (a `label` for `name` would be lost); unknown fields of the line itself,
+and of a transcript entry (a wire record), are ignored. JSON has no NaN or Infinity: a line
+holding one anywhere, even in a field `render` ignores, is invalid; so are tool arguments that
+hold a number beyond a double (1e400) or nest too deeply. The output is strict JSON.
 """
 
 from __future__ import annotations
@@ -29,7 +33,14 @@ from typing import Annotated, Any
 from pydantic import Discriminator, Tag, TypeAdapter, ValidationError
 
 from schemas import TranscriptEntry, describe_errors
-from workers.core.provider_replay import FAMILIES, HistoryLine, from_entry, problems, render
+from workers.core.provider_replay import (
+    FAMILIES,
+    EmptyRequest,
+    HistoryLine,
+    from_entry,
+    problems,
+    render,
+)
 
 _MAX_ERRORS = 20  # error lines printed, then a count of the rest
 
@@ -79,7 +90,11 @@ def run(args: argparse.Namespace) -> int:
         more = [f"(+{len(errors) - len(shown)} more)"] if len(errors) > len(shown) else []
         print("\n".join(f"render: {e}" for e in shown + more), file=sys.stderr)
         return 2
-    request = render([line for _, line in lines], args.provider, all_epochs=args.all_epochs)
+    try:
+        request = render([line for _, line in lines], args.provider, all_epochs=args.all_epochs)
+    except EmptyRequest as exc:
+        print(f"render: {exc}", file=sys.stderr)
+        return 2
     sys.stdout.write(json.dumps(request, ensure_ascii=False, allow_nan=False) + "\n")
     sys.stdout.flush()
     return 0

@@ -278,6 +278,8 @@ def _describe(err: Any, skip: int) -> str:
 def _problem(kind: str, ctx: dict[str, Any], msg: str) -> str:
     if kind == "missing":
         return "field required"
+    if kind == "extra_forbidden":  # a model closed to extra fields (render's posted_by)
+        return "unknown field"
     if kind == "timezone_aware":
         return "timestamp needs a UTC offset"
     if kind in ("datetime_type", "datetime_parsing", "datetime_from_date_parsing"):
