@@ -227,7 +227,7 @@ def test_a_thousand_idle_connections_do_not_starve_a_worker_short_of_files(env, 
         entries = Collector(ks, ks.topic(ENTRIES))
         publish(ks, ks.topic(CONFIRMATIONS), records, 8)
         entries.wait_for(lambda r: len(r) >= len(expected), 180, w)
-        # the held connections are closed at the idle bound, the rest as they came: it answers
+        # the held connections are evicted by newer ones and closed at the idle bound: it answers
         poll_until(lambda: get(port, "/metrics")[0] == 200, 60, [w], "/metrics answers")
         assert total(samples(port), "transcript_owner_records_total", outcome="written") \
             == len(expected) > 0
