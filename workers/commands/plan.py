@@ -32,9 +32,7 @@ from workers.core.capacity import (
     plan,
 )
 from workers.core.errors import OwnerError
-from workers.topics import load_topics
-
-DEFAULT_TOPICS = Path(__file__).resolve().parents[2] / "topics.yaml"
+from workers.topics import load_topics, topics_file
 
 # `make bench` on this project's 2-core machine (bench/capacity.py; its `capacity.constants`)
 MEASURED = Constants(
@@ -111,7 +109,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
           metavar="B", help=f"bytes of {what} on the broker (default: the bench's)")
     a("--constants", type=Path, default=None, metavar="FILE",
       help="a `make bench` result (bench/results/latest.json) or a JSON object of constants")
-    a("--topics-file", type=Path, default=DEFAULT_TOPICS, help="default: %(default)s")
+    a("--topics-file", type=Path, default=topics_file(),
+      help="default: TRANSCRIPT_TOPICS_FILE, else %(default)s")
     a("--json", action="store_true", help="print JSON instead of a table")
     a("--brief", action="store_true", help="the table without formulas and constants")
 
