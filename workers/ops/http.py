@@ -190,8 +190,9 @@ class _Gate:
         now = asyncio.get_running_loop().time()
         if now >= self._quiet_until:
             self._quiet_until = now + WARN_EVERY_S
-            log.warning("HTTP: %d connections open, the most it keeps: the oldest idle ones are "
-                        "closed to let new ones in (%d so far)", self.cap, self.evicted)
+            log.warning("HTTP: %d connections open, the most it keeps: the oldest (first those "
+                        "that sent nothing) are closed to let new ones in (%d so far; a WARNING "
+                        "a minute at most)", self.cap, self.evicted)
 
     def heard_from(self, counted: _Counted) -> None:
         if counted in self.silent:  # else evicted already
