@@ -17,6 +17,7 @@ from transcript_connector.partitioning import partition_for
 from bench.common import (
     BOOTSTRAP,
     GUARANTEES,
+    ROOT,
     Lag,
     WorkerProc,
     first_timestamp,
@@ -214,15 +215,30 @@ def _probe(prefix: str, tag: str) -> bytes:
     raise RuntimeError("no probe record found")
 
 
+def _input_kept(workdir: Path) -> Path:
+    """A copy of topics.yaml whose input keeps its records for ever (retention.ms -1)."""
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "topics.yaml").read_text(encoding="utf-8"))
+    doc["topics"]["delivery.confirmations"]["configs"]["retention.ms"] = "-1"
+    path = workdir / "topics-input-kept.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return path
+
+
 def recovery(prefix: str, workdir: Path, n: int, log,  # noqa: ANN001
              guarantee: str = GUARANTEES[0]) -> dict:
     """State of `n` sessions, then restart times: local RocksDB kept, and state dir wiped."""
     preload(prefix + CONFIRMATIONS, list(generate(n, sessions_n=n, seed=11)))
     state = workdir / "state-recovery"
     # the state is built with a checkpoint every second (the capacity model's checkpoint
-    # rate, bench/capacity.py, read from this log); the restarts below run without
+    # rate, bench/capacity.py, read from this log); the restarts below run without. Nine
+    # checkpoints a second apart do not span topics.yaml's 7 days of input, which the worker
+    # refuses at start (workers.settings.worker_limits): this one is told of an input kept for
+    # ever, as nothing audits it past retention
     first = WorkerProc(prefix, "bench-recovery", state, workdir / "worker-recovery-first.log",
-                       guarantee, TRANSCRIPT_CHECKPOINT_INTERVAL_S="1")
+                       guarantee, TRANSCRIPT_CHECKPOINT_INTERVAL_S="1",
+                       TRANSCRIPT_TOPICS_FILE=str(_input_kept(workdir)))
     worker = WorkerProc(prefix, "bench-recovery", state, workdir / "worker-recovery.log",
                         guarantee)
     lag = Lag(worker.group, prefix + CONFIRMATIONS)

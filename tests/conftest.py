@@ -59,6 +59,21 @@ def env(kafka_bootstrap: str, prefix: str) -> dict[str, str]:
     return e
 
 
+def keeping_input(env: dict[str, str], directory: Path) -> dict[str, str]:
+    """`env` with TRANSCRIPT_TOPICS_FILE naming a copy of topics.yaml whose input keeps its
+    records for ever (retention.ms -1), read by `topics apply` and by the worker alike: what a
+    test declares that checkpoints every second and deletes its oldest input itself
+    (delete_records). Against topics.yaml's 7 days, the worker refuses a span of checkpoints a
+    second apart at start (workers.settings.worker_limits)."""
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "topics.yaml").read_text())
+    doc["topics"]["delivery.confirmations"]["configs"]["retention.ms"] = "-1"
+    path = directory / "topics-input-kept.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return {**env, "TRANSCRIPT_TOPICS_FILE": str(path)}
+
+
 def cli(*args: str, env: dict[str, str], input: bytes | None = None, timeout: float = 120):
     """Run `python -m workers …` and return the CompletedProcess (text output)."""
     return subprocess.run(

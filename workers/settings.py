@@ -295,6 +295,60 @@ def worker_settings(environ: Mapping[str, str] | None = None) -> WorkerSettings:
     return _from_env(WorkerSettings, WORKER_ENV, environ)
 
 
+def worker_limits(ws: WorkerSettings, input_retention_ms: int | None, topics_file: str) -> None:
+    """The limits between settings that only the exactly-once worker runs by (issue 42), checked
+    at its start (other commands read the same variables and ignore these). SettingsError names
+    every variable involved, and the value each must reach. `input_retention_ms`: topics.yaml's
+    delivery.confirmations retention.ms (None: kept for ever), read from `topics_file`.
+
+    - TRANSCRIPT_LIVENESS_TIMEOUT_S at least TRANSCRIPT_TRANSACTION_TIMEOUT_S: a batch's
+      transaction may be open until its timeout and still commit; /livez failing sooner gets a
+      worker restarted (by its own pod's probe) that Kafka still waits for, and the restart
+      aborts its transaction and starts a restore.
+    - TRANSCRIPT_CHECKPOINT_INTERVAL_S at most the input's retention: else, for part of every
+      interval, no checkpoint lies within the retained input, and an audit past retention has
+      no start (exit 2).
+    - TRANSCRIPT_CHECKPOINT_INTERVAL_S x TRANSCRIPT_CHECKPOINT_KEEP at least the retention: the
+      kept checkpoints reach back to the oldest input Kafka keeps, so an audit replays all of it
+      (docs/audit-and-erasure.md); a shorter span leaves the input before the oldest checkpoint
+      replayed by no audit, its entries only checked for presence.
+    """
+    if ws.processing_guarantee != "exactly_once":
+        return  # no transactions and no checkpoints
+    problems = []
+    if ws.liveness_timeout_s < ws.transaction_timeout_s:
+        problems.append(
+            f"TRANSCRIPT_LIVENESS_TIMEOUT_S={_num(ws.liveness_timeout_s)} is below "
+            f"TRANSCRIPT_TRANSACTION_TIMEOUT_S={_num(ws.transaction_timeout_s)}: /livez would fail "
+            "(and the pod's probe restart the worker) while a batch's transaction can still "
+            "commit; set the liveness timeout to at least the transaction timeout")
+    if input_retention_ms is not None:
+        retention_s = input_retention_ms / 1000
+        where = (f"the input's retention ({topics_file}: delivery.confirmations retention.ms="
+                 f"{input_retention_ms}, {_span(retention_s)})")
+        interval, keep = ws.checkpoint_interval_s, ws.checkpoint_keep
+        if interval > retention_s:
+            problems.append(
+                f"TRANSCRIPT_CHECKPOINT_INTERVAL_S={_num(interval)} is longer than {where}: "
+                "for part of every interval no checkpoint would lie within the retained input, "
+                "and an audit past retention would have no start; set it to at most "
+                f"{_num(retention_s)}")
+        elif interval * keep < retention_s:
+            problems.append(
+                f"TRANSCRIPT_CHECKPOINT_INTERVAL_S={_num(interval)} x TRANSCRIPT_CHECKPOINT_KEEP="
+                f"{keep} is {_span(interval * keep)}, shorter than {where}: the input older than "
+                "the oldest checkpoint would be replayed by no audit; set "
+                f"TRANSCRIPT_CHECKPOINT_KEEP to at least {math.ceil(retention_s / interval)} "
+                "(at most 1000) or a longer interval")
+    if problems:
+        raise SettingsError("invalid environment: " + "; ".join(problems))
+
+
+def _span(seconds: float) -> str:
+    days = seconds / 86400
+    return f"{days:g} days" if days >= 1 else f"{seconds:g} s"
+
+
 def _from_env(model: type[M], names: dict[str, str], environ: Mapping[str, str] | None) -> M:
     """Build `model` from the variables in `names`; errors name the variable, not the field."""
     env = os.environ if environ is None else environ

@@ -21,6 +21,7 @@ an operator (it may belong to another tool), like changing a partition count.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -40,6 +41,38 @@ _KAFKA_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 class TopicsFileError(OwnerError):
     """topics.yaml is unreadable or invalid; the message names the file, line and field."""
+
+
+TOPICS_FILE_ENV = "TRANSCRIPT_TOPICS_FILE"
+# the repository's, and the image's /app/topics.yaml: beside the installed package
+PACKAGED_TOPICS_FILE = Path(__file__).resolve().parents[1] / "topics.yaml"
+KAFKA_DEFAULT_RETENTION_MS = 7 * 86_400_000  # retention.ms when a topic does not set it
+
+
+def topics_file(environ: Mapping[str, str] | None = None) -> Path:
+    """The topics.yaml a command reads unless told otherwise: TRANSCRIPT_TOPICS_FILE, else the
+    one beside the package. `topics apply` and the worker read the same one, so the worker
+    checks its settings against the retentions the cluster was given."""
+    env = os.environ if environ is None else environ
+    return Path(env[TOPICS_FILE_ENV]) if env.get(TOPICS_FILE_ENV) else PACKAGED_TOPICS_FILE
+
+
+def retention_ms(path: Path, topic: str) -> int | None:
+    """`topic`'s retention.ms in topics.yaml (a logical name: `delivery.confirmations`), Kafka's
+    default when the file sets none; None when it keeps records for ever (-1). TopicsFileError
+    names the file and the field."""
+    spec = next((s for s in load_topics(path) if s.name == topic), None)
+    if spec is None:
+        raise TopicsFileError(f"{path}: topic {topic!r} is not declared")
+    raw = spec.config_map.get("retention.ms")
+    if raw is None:
+        return KAFKA_DEFAULT_RETENTION_MS
+    try:
+        ms = int(raw)
+    except ValueError:
+        raise TopicsFileError(f"{path}: topics.{topic}.configs.retention.ms: not an integer: "
+                              f"{raw!r}") from None
+    return None if ms < 0 else ms
 
 
 class _TopicDecl(BaseModel):

@@ -193,6 +193,30 @@ def test_both_overlays_share_the_worker_contract(rendered):
         assert one(docs, "ServiceAccount")["automountServiceAccountToken"] is False
 
 
+def test_the_http_port_is_admitted_from_prometheus_only(rendered):
+    """Issue 42: any peer that could connect held the probes' port. The NetworkPolicy admits
+    the port only from Prometheus's pods (the selectors an operator sets: deploy/k8s/README.md)
+    and, as every NetworkPolicy does, from the pod's own node: the kubelet's probes."""
+    for overlay, stream in rendered.items():
+        docs = objects(stream)
+        policy = one(docs, "NetworkPolicy")
+        sts = one(docs, "StatefulSet")
+        assert policy["metadata"]["namespace"] == sts["metadata"]["namespace"], overlay
+        assert policy["spec"]["podSelector"]["matchLabels"] == sts["spec"]["selector"][
+            "matchLabels"], overlay
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+        [rule] = policy["spec"]["ingress"]
+        assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
+        assert [p["name"] for p in worker(docs)["ports"]] == ["http"]  # the only port
+        assert rule["from"] == [{
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}]
+
+
+def _policy(docs: list[dict]) -> dict:
+    return one(docs, "NetworkPolicy")
+
+
 # ---- the validator rejects ----
 
 def mutate(stream: str, change) -> str:
@@ -276,6 +300,28 @@ REJECTED = {
     "an unpinned image in production": (
         lambda docs: worker(docs).update(image="localhost/transcript-owner:latest"),
         f'{STS}: {WORKER}.image: "localhost/transcript-owner:latest" is not pinned'),
+    "no NetworkPolicy for the worker": (
+        lambda docs: docs.remove(_policy(docs)),
+        f"{STS}: spec.template.metadata.labels: no NetworkPolicy restricts the ingress of these "
+        "pods"),
+    "a NetworkPolicy on a port the pods do not declare": (
+        lambda docs: _policy(docs)["spec"]["ingress"][0]["ports"][0].update(port="metrics"),
+        "NetworkPolicy transcript-owner/transcript-owner-http: spec.ingress[0].ports[0].port: "
+        "metrics is not a port of the pods of StatefulSet transcript-owner/transcript-owner"),
+    "a NetworkPolicy that admits every source": (
+        lambda docs: _policy(docs)["spec"]["ingress"][0].pop("from"),
+        "NetworkPolicy transcript-owner/transcript-owner-http: spec.ingress[0].from: empty: the "
+        "rule admits every source"),
+    "a NetworkPolicy that admits every pod of every namespace": (
+        lambda docs: _policy(docs)["spec"]["ingress"][0].update(
+            {"from": [{"namespaceSelector": {}}]}),
+        "NetworkPolicy transcript-owner/transcript-owner-http: spec.ingress[0].from[0]: every "
+        "pod of every namespace"),
+    "a NetworkPolicy that selects nothing": (
+        lambda docs: _policy(docs)["spec"]["podSelector"]["matchLabels"]
+        .update({"app.kubernetes.io/component": "wroker"}),
+        "NetworkPolicy transcript-owner/transcript-owner-http: spec.podSelector: selects the "
+        "pods of no workload"),
     "a PDB that selects nothing": (
         lambda docs: one(docs, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"]
         .update({"app.kubernetes.io/component": "wroker"}),

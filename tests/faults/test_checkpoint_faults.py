@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, keeping_input
 from tests.faults.test_faults import record
 from tests.integration.harness import (
     WorkerProcess,
@@ -60,6 +60,13 @@ RECORDS = 15_000  # at least; the feed goes on until the test has what it needs
 CHECKPOINTING = {  # a checkpoint a second, kept, each spread over a few transactions
     "TRANSCRIPT_CHECKPOINT_INTERVAL_S": "1", "TRANSCRIPT_CHECKPOINT_KEEP": "1000",
     "TRANSCRIPT_CHECKPOINT_KEYS_PER_BATCH": "1000", "TRANSCRIPT_SHUTDOWN_TIMEOUT_S": "20"}
+
+
+@pytest.fixture
+def env(env, tmp_path):
+    """The input kept for ever: its oldest records are deleted by the test, and the worker
+    checkpoints every second (tests.conftest.keeping_input)."""
+    return keeping_input(env, tmp_path)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 from kafka import KafkaAdminClient, TopicPartition
 from transcript_connector.partitioning import partition_for
 
-from tests.conftest import cli
+from tests.conftest import cli, keeping_input
 from tests.integration.harness import (
     Collector,
     checkpointed_at,
@@ -32,6 +32,13 @@ from workers.settings import kafka_settings
 
 pytestmark = pytest.mark.kafka
 DM = "agent:ops:telegram:direct:uret1"
+
+
+@pytest.fixture
+def env(env, tmp_path):
+    """The input kept for ever: its oldest records are deleted by the test, and the worker
+    checkpoints every second (tests.conftest.keeping_input)."""
+    return keeping_input(env, tmp_path)
 
 
 @pytest.fixture

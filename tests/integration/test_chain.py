@@ -12,7 +12,7 @@ from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
 from transcript_connector.chain import CHAIN_HEADER, link, parse_chain, verify_session
 from transcript_connector.partitioning import partition_for
 
-from tests.conftest import cli
+from tests.conftest import cli, keeping_input
 from tests.integration.harness import (
     Collector,
     checkpointed_at,
@@ -30,6 +30,13 @@ pytestmark = pytest.mark.kafka
 T0 = datetime(2026, 6, 1, 9, 0, tzinfo=UTC)
 CHANGED, REMOVED, APPENDED, ERASED = (f"agent:ops:telegram:direct:chain{x}" for x in "abcd")
 SESSIONS = (CHANGED, REMOVED, APPENDED, ERASED)
+
+
+@pytest.fixture
+def env(env, tmp_path):
+    """The input kept for ever: its oldest records are deleted by the test, and the worker
+    checkpoints every second (tests.conftest.keeping_input)."""
+    return keeping_input(env, tmp_path)
 
 
 def inputs() -> list[tuple[bytes, bytes]]:

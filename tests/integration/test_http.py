@@ -147,6 +147,11 @@ def test_livez_fails_while_a_batch_cannot_commit_and_recovers(env, workers):
     """A frozen broker holds the batch in flight: /livez turns 503 past the liveness timeout
     (a supervisor would restart the worker), and 200 again once the broker answers.
 
+    At least once: exactly once, the worker refuses a liveness timeout below its transaction
+    timeout (settings.worker_limits), so a batch held past it is one whose transaction the broker
+    aborts, and a restart, not the broker's answer, ends it. What /livez measures, a batch in
+    flight, is the same in both modes.
+
     The input is published before the worker starts, so that the broker freezes while the
     worker is still working through it: published while it ran, the worker could have taken
     all of it before the broker froze, and then no batch is in flight to hold."""
@@ -154,7 +159,7 @@ def test_livez_fails_while_a_batch_cannot_commit_and_recovers(env, workers):
     port = free_port()
     publish(ks, ks.topic(CONFIRMATIONS), generate(80_000, seed=16), 8)
     w = workers("w", TRANSCRIPT_HTTP_PORT=str(port), TRANSCRIPT_LIVENESS_TIMEOUT_S="2",
-                TRANSCRIPT_MAX_BATCH="2000")
+                TRANSCRIPT_MAX_BATCH="2000", TRANSCRIPT_PROCESSING_GUARANTEE="at_least_once")
     poll_until(lambda: get(port, "/readyz")[0] == 200, 90, [w], "ready")
     poll_until(lambda: total(samples(port), "transcript_owner_batch_records_count") > 0, 60, [w],
                "a batch committed", interval=0.05)
@@ -172,7 +177,6 @@ def test_livez_fails_while_a_batch_cannot_commit_and_recovers(env, workers):
         os.kill(pid, signal.SIGCONT)
     poll_until(lambda: get(port, "/livez")[0] == 200, 60, [w], "live again")
     wait_drained(env["KAFKA_BOOTSTRAP"], group_of(env), ks.topic(CONFIRMATIONS), 180, [w])
-    assert total(samples(port), "transcript_owner_transactions_total", result="aborted") == 0
     assert w.stop() == 0
 
 
@@ -227,7 +231,7 @@ def test_a_thousand_idle_connections_do_not_starve_a_worker_short_of_files(env, 
         entries = Collector(ks, ks.topic(ENTRIES))
         publish(ks, ks.topic(CONFIRMATIONS), records, 8)
         entries.wait_for(lambda r: len(r) >= len(expected), 180, w)
-        # the held connections are closed at the idle bound, the rest as they came: it answers
+        # the held connections are evicted by newer ones and closed at the idle bound: it answers
         poll_until(lambda: get(port, "/metrics")[0] == 200, 60, [w], "/metrics answers")
         assert total(samples(port), "transcript_owner_records_total", outcome="written") \
             == len(expected) > 0

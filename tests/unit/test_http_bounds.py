@@ -1,13 +1,21 @@
-"""What a client of the HTTP port can hold (DESIGN 1.2): connections past the cap are closed as
-they are accepted, a connection without a complete request is closed at the idle bound and any
+"""What a client of the HTTP port can hold (DESIGN 1.2), and that holding connections cannot
+take the probes down (issue 42): a connection past the cap evicts the oldest that has sent
+nothing (else the oldest of all), so probes and scrapes are answered while 400 sockets
+reconnect; a connection without a complete request is closed at the idle bound and any
 connection at its lifetime, requests past the size limits get 400, and a malformed one is
 logged as one debug line without its bytes or a traceback. The server is the worker's
-(`HttpServer` on 127.0.0.1:0), on an asyncio loop, its bounds shortened."""
+(`HttpServer` on 127.0.0.1:0), on an asyncio loop, its bounds shortened unless a test says."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import resource
+import selectors
+import socket
+import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -15,7 +23,16 @@ from typing import Any
 import pytest
 
 from workers.ops.health import Health
-from workers.ops.http import MAX_HEADERS, MAX_LINE, HttpServer, bind
+from workers.ops.http import (
+    ACCEPT_BACKLOG,
+    IDLE_S,
+    MAX_CONNECTION_S,
+    MAX_CONNECTIONS,
+    MAX_HEADERS,
+    MAX_LINE,
+    HttpServer,
+    bind,
+)
 from workers.ops.metrics import Metrics
 
 WAIT_S = 10.0  # for an event that should come at once or at a short bound: a hang fails
@@ -28,17 +45,32 @@ async def _nothing() -> None:
 
 
 @asynccontextmanager
-async def serving(refresh: Callable[[], Awaitable[None]] = _nothing,
-                  **bounds: Any) -> AsyncIterator[int]:
-    """The worker's HTTP service on a free loopback port; yields the port."""
+async def served(refresh: Callable[[], Awaitable[None]] = _nothing,
+                 **bounds: Any) -> AsyncIterator[HttpServer]:
+    """The worker's HTTP service on a free loopback port."""
     sock = bind("127.0.0.1", 0)
     service = HttpServer(sock, Health(liveness_timeout_s=10), Metrics(), refresh, **bounds)
     await service.start()
     try:
-        yield sock.getsockname()[1]
+        yield service
     finally:
         await service.stop()
         sock.close()
+
+
+@asynccontextmanager
+async def serving(refresh: Callable[[], Awaitable[None]] = _nothing,
+                  **bounds: Any) -> AsyncIterator[int]:
+    """The same; yields the port."""
+    async with served(refresh, **bounds) as service:
+        yield service.sock.getsockname()[1]
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Waits on the loop for `condition` (what the server has seen); a hang fails."""
+    async with asyncio.timeout(WAIT_S):
+        while not condition():
+            await asyncio.sleep(0.001)
 
 
 Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
@@ -74,36 +106,174 @@ def status(raw: bytes) -> int:
     return int(raw.split(b" ", 2)[1]) if raw.startswith(b"HTTP/") else 0
 
 
-def test_connections_past_the_cap_are_closed_as_they_are_accepted() -> None:
+def test_a_connection_past_the_cap_evicts_the_oldest_that_has_sent_nothing() -> None:
+    """Issue 42: refusing the new connection let a client holding the cap with idle sockets
+    close every probe unanswered. Now the new one is served and the oldest silent one goes; one
+    that has sent its request is kept while a silent one is left."""
     async def scenario() -> None:
-        async with serving(max_connections=4, idle_s=60) as port:
-            held = [await connect(port) for _ in range(4)]
-            extra = await connect(port)
+        async with served(max_connections=4, idle_s=60) as service:
+            port, gate = service.sock.getsockname()[1], service.gate
+            busy = await connect(port)
+            busy[1].write(b"GET /livez HTTP/1.1\r\nHost: t\r\n")  # begun, never finished
+            await until(lambda: len(gate.heard) == 1)  # read before the silent ones connect
+            held = [await connect(port) for _ in range(3)]
+            probe = await connect(port)
             try:
-                assert await until_eof(extra) == b""  # closed unanswered, long before 60 s
-                held[0][1].write(GET_LIVEZ)  # the held ones are open and served
-                assert status(await response(held[0])) == 200
+                probe[1].write(GET_LIVEZ)
+                assert status(await response(probe)) == 200
+                assert await until_eof(held[0]) == b""  # the oldest that sent nothing
+                for conn in (busy, *held[1:]):  # the others stay open
+                    assert not conn[0].at_eof()
+                busy[1].write(b"\r\n")  # the begun request, finished: answered
+                assert status(await response(busy)) == 200
             finally:
-                close(extra, *held)
+                close(probe, busy, *held)
 
     asyncio.run(scenario())
 
 
-def test_metrics_answers_once_the_idle_connections_holding_the_cap_are_closed() -> None:
+def test_when_every_connection_has_spoken_the_oldest_is_evicted() -> None:
+    """A client that sends a byte and then holds its connection (a request never finished)
+    cannot keep a probe out either: the oldest connection goes, whatever it sent."""
     async def scenario() -> None:
-        async with serving(max_connections=4, idle_s=0.5) as port:
-            held = [await connect(port) for _ in range(4)]
+        async with served(max_connections=4, idle_s=60) as service:
+            port, gate = service.sock.getsockname()[1], service.gate
+            held = []
+            for n in range(1, 5):
+                conn = await connect(port)
+                conn[1].write(b"G")
+                await until(lambda n=n: len(gate.heard) == n)  # in the order they spoke
+                held.append(conn)
+            probe = await connect(port)
             try:
-                refused = await connect(port)
-                assert await until_eof(refused) == b""
-                for conn in held:  # the server counts a connection off before it closes it
-                    assert await until_eof(conn) == b""
-                scrape = await connect(port)
-                scrape[1].write(GET_METRICS_CLOSE)
-                answer = await until_eof(scrape)
+                probe[1].write(GET_METRICS_CLOSE)
+                answer = await until_eof(probe)
                 assert status(answer) == 200 and b"transcript_owner_records_total" in answer
+                assert await until_eof(held[0]) == b""
+                assert not any(conn[0].at_eof() for conn in held[1:])
             finally:
-                close(*held)
+                close(probe, *held)
+
+    asyncio.run(scenario())
+
+
+def test_the_bounds_a_client_meets_by_default() -> None:
+    """A connection with no request keeps a slot for 2 s at most (IDLE_S: why the number, in
+    workers/ops/http.py); the probes' clients send theirs as they connect."""
+    assert IDLE_S <= 2.0 < MAX_CONNECTION_S
+    # the connections accepted in the few turns of the loop before a probe's request is read
+    # stay well below the cap, so a probe is never the oldest silent connection
+    assert 4 * ACCEPT_BACKLOG < MAX_CONNECTIONS / 2
+
+
+FLOOD_SOCKETS = 400  # issue 42: more than six times the cap
+FLOOD_CONNECTS = 50_000  # the flood's whole budget of connects: then it ends by itself
+FLOOD_LIMIT_S = 120.0  # and here at the latest, whatever happens (a bound, not a measure)
+PROBE_ROUNDS = 10  # of /livez, /readyz and /metrics, each on a connection of its own
+
+
+class Flood(threading.Thread):
+    """The attack of issue 42: `FLOOD_SOCKETS` loopback connections that send nothing, each one
+    opened again as soon as the server closes it. Bounded in sockets, connects and time: it
+    closes everything and ends by itself, or sooner at `stop()`."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(name="flood", daemon=True)
+        self.port, self.opened, self.closed = port, 0, 0
+        self._halt = threading.Event()
+
+    def stop(self) -> None:
+        self._halt.set()
+
+    def run(self) -> None:
+        selector = selectors.DefaultSelector()
+        deadline = time.monotonic() + FLOOD_LIMIT_S
+
+        def open_one() -> None:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setblocking(False)
+            sock.connect_ex(("127.0.0.1", self.port))
+            selector.register(sock, selectors.EVENT_READ)
+            self.opened += 1
+
+        try:
+            for _ in range(FLOOD_SOCKETS):
+                open_one()
+            while selector.get_map() and not self._halt.is_set() \
+                    and time.monotonic() < deadline:
+                for key, _ in selector.select(0.05):
+                    sock = key.fileobj
+                    try:
+                        if sock.recv(4096):  # type: ignore[union-attr]
+                            continue  # never: nothing was asked
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        pass  # reset, or refused: closed all the same
+                    selector.unregister(sock)
+                    sock.close()  # type: ignore[union-attr]
+                    self.closed += 1
+                    if self.opened < FLOOD_CONNECTS:
+                        open_one()
+        finally:
+            for key in list(selector.get_map().values()):
+                key.fileobj.close()  # type: ignore[union-attr]
+            selector.close()
+
+
+def _files_for(n: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < n:
+        resource.setrlimit(resource.RLIMIT_NOFILE,
+                           (n if hard == resource.RLIM_INFINITY else min(n, hard), hard))
+
+
+def test_probes_and_scrapes_are_answered_while_400_sockets_hold_the_port() -> None:
+    """Issue 42's attack, against the shipped bounds (64 connections, 2 s to send a request):
+    400 sockets that send nothing and reconnect as soon as they are closed, started before the
+    probes and running through all of them. Before, a new connection past the cap was closed
+    unanswered, so every probe and scrape failed while the sockets held the cap; now each one
+    is answered, while the flood keeps the table full (the server evicts its sockets all along).
+    """
+    _files_for(FLOOD_SOCKETS + 2 * MAX_CONNECTIONS + 256)
+
+    async def probe(port: int, path: str) -> bytes:
+        conn = await asyncio.wait_for(connect(port), WAIT_S)
+        try:
+            conn[1].write(f"GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"
+                          .encode())
+            return await until_eof(conn)
+        finally:
+            close(conn)
+
+    async def scenario() -> None:
+        async with served() as service:
+            port, gate = service.sock.getsockname()[1], service.gate
+            assert (service.max_connections, service.idle_s) == (MAX_CONNECTIONS, IDLE_S)
+            flood = Flood(port)
+            flood.start()
+            try:
+                await until(lambda: gate.evicted >= FLOOD_SOCKETS)  # full, and evicting
+                closed, answers = flood.closed, []
+                for _ in range(PROBE_ROUNDS):
+                    for path in ("/livez", "/readyz", "/metrics"):
+                        await until(lambda: gate.open == MAX_CONNECTIONS)  # every slot held
+                        answers.append((path, await probe(port, path)))
+                assert flood.is_alive(), "the flood ended before the probes did"
+                assert flood.closed > closed  # its sockets were evicted, and came back
+            finally:
+                flood.stop()
+                await asyncio.get_running_loop().run_in_executor(None, flood.join)
+            for path, answer in answers:
+                head, _, body = answer.partition(b"\r\n\r\n")
+                if path == "/livez":
+                    assert status(answer) == 200 and json.loads(body) == {
+                        "live": True, "reason": "the event loop answers and batches complete"}
+                elif path == "/readyz":  # no group here: answered 503, with the reason
+                    assert status(answer) == 503 and json.loads(body)["ready"] is False
+                else:
+                    assert status(answer) == 200 and b"transcript_owner_records_total" in body
+            assert flood.opened > FLOOD_SOCKETS and flood.closed > FLOOD_SOCKETS
 
     asyncio.run(scenario())
 

@@ -15,10 +15,21 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import ROOT, cli
 from workers.commands.plan import MEASURED, retentions
-from workers.core.capacity import Constants, Retentions, Workload, plan
+from workers.core.capacity import (
+    CONSTANT_RANGES,
+    MAX_CHOSEN_PARTITIONS,
+    MAX_PARTITIONS,
+    Constants,
+    Retentions,
+    Workload,
+    fit,
+    plan,
+)
 
 
 @pytest.fixture
@@ -260,3 +271,141 @@ def test_the_documented_sizes_are_what_plan_prints() -> None:
     assert set(readme) == set(pairs)
     for name, cells in readme.items():
         assert cells == [" / ".join(o[n] for n in pairs[name]) for o in out], name
+
+
+# ---- what one deployment accepts (issue 42, item 6) ----
+
+def _strict_json(text: str) -> dict:
+    """JSON as RFC 8259 has it: Infinity and NaN are not JSON, and Python's parser takes them."""
+    def refuse(token: str) -> None:
+        raise ValueError(f"not JSON: {token}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_the_partition_bound_is_the_deployments() -> None:
+    """plan's cap is TRANSCRIPT_PARTITIONS' bound in the worker and in the connectors, and the
+    largest count it chooses is a power of two within it."""
+    from transcript_connector import PublisherOptions
+
+    from workers.settings import WorkerSettings, numeric_range
+
+    assert numeric_range(WorkerSettings, "partitions").highest == MAX_PARTITIONS
+    bounds = [m.le for m in PublisherOptions.model_fields["partitions"].metadata
+              if hasattr(m, "le")]
+    assert bounds == [MAX_PARTITIONS]
+    assert MAX_CHOSEN_PARTITIONS == 8192 <= MAX_PARTITIONS < 2 * MAX_CHOSEN_PARTITIONS
+
+
+def test_a_workload_too_large_for_one_deployment_is_said_and_sized_within_it(
+        env: dict[str, str]) -> None:
+    """400M sessions x 30 a day needed 16,384 partitions, which nothing accepts."""
+    w = Workload(sessions=400_000_000, sends_per_session_day=30)
+    f = figures(w)
+    assert f["deployment: partitions"] == MAX_CHOSEN_PARTITIONS
+    assert f["deployment: worker processes"] <= MAX_CHOSEN_PARTITIONS
+    [why] = fit(w, MEASURED).misfits
+    assert "restores within 30 s" in why and "8,192" in why and "Split the sessions over 2" in why
+    done = cli("plan", "--sessions", "400000000", "--sends-per-session-day", "30", env=env)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.decode()
+    assert "does not fit one deployment:\n  - a partition restores within 30 s" in out
+    assert "TRANSCRIPT_PARTITIONS=8192" in out
+    done = cli("plan", "--sessions", "400000000", "--sends-per-session-day", "30", "--json",
+               env=env)
+    doc = _strict_json(done.stdout.decode())
+    assert doc["fits"] is False and doc["does_not_fit"] == [why]
+    small = _strict_json(cli("plan", "--sessions", "1000", "--sends-per-session-day", "5",
+                             "--json", env=env).stdout.decode())
+    assert small["fits"] is True and small["does_not_fit"] == []
+
+
+def test_absurd_workloads_stay_within_the_deployment() -> None:
+    """1e10 sessions x 1e6 sends a day gave 4.4e12 partitions."""
+    w = Workload(sessions=10**10, sends_per_session_day=10**6)
+    f = figures(w)
+    assert f["deployment: partitions"] == MAX_CHOSEN_PARTITIONS
+    assert f["deployment: worker processes"] == MAX_CHOSEN_PARTITIONS
+    misfits = fit(w, MEASURED).misfits
+    assert len(misfits) == 2 and "worker processes" in misfits[0] and "partitions" in misfits[1]
+    given = fit(Workload(sessions=5, sends_per_session_day=3, partitions=1, workers=9), MEASURED)
+    assert given.misfits == ("9 workers for 1 partitions: 8 would own no partition",)
+
+
+@settings(max_examples=300, deadline=None)
+@given(sessions=st.integers(1, 10**10), sends=st.floats(0, 10**6),
+       window=st.floats(1e-4, 3650), peak=st.floats(1, 1000), headroom=st.floats(1e-3, 1),
+       restore=st.floats(1e-3, 86400), worker_restore=st.floats(1e-3, 7 * 86400),
+       partitions=st.none() | st.integers(1, MAX_PARTITIONS),
+       workers=st.none() | st.integers(1, MAX_PARTITIONS))
+def test_every_workload_plan_accepts_gives_counts_a_deployment_accepts(
+        sessions, sends, window, peak, headroom, restore, worker_restore, partitions,
+        workers) -> None:
+    w = Workload(sessions=sessions, sends_per_session_day=sends, dedupe_window_days=window,
+                 peak_factor=peak, headroom=headroom, restore_target_s=restore,
+                 worker_restore_target_s=worker_restore, partitions=partitions, workers=workers)
+    for c in (MEASURED, EXTREME_LOW, EXTREME_HIGH):
+        out = plan(w, c)
+        f = {f"{x.group}: {x.name}": x.value for x in out}
+        assert all(math.isfinite(x.value) and x.value >= 0 for x in out)
+        assert 1 <= f["deployment: partitions"] <= MAX_PARTITIONS
+        if workers is None:
+            assert f["deployment: worker processes"] <= f["deployment: partitions"]
+        size = fit(w, c)
+        assert (size.workers > size.partitions) == any("own no partition" in m
+                                                       for m in size.misfits)
+
+
+def _at(which: int) -> Constants:
+    """Every constant at the low (0) or high (1) end of its range."""
+    return Constants(**{name: CONSTANT_RANGES[name][which] for name in CONSTANT_RANGES},
+                     source="edge")
+
+
+EXTREME_LOW, EXTREME_HIGH = _at(0), _at(1)
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("restore_records_per_s", 1e-300, "1e-300 is out of range (1 to 1e+09: a process"),
+    ("worker_records_per_s", 1e12, "out of range (1 to 1e+09"),
+    ("input_record_bytes", 1e308, "out of range (1 to 2.09715e+06: no record or state value"),
+    ("head_bytes", 0.5, "out of range (1 to 2.09715e+06"),
+    ("written_share", 1.5, "out of range (0 to 1: each input record has one outcome)"),
+    ("state_writes_per_record", 3, "out of range (0 to 2"),
+])
+def test_constants_out_of_range_name_the_file_and_field(env: dict[str, str], tmp_path: Path,
+                                                        field: str, value: float,
+                                                        says: str) -> None:
+    """A tiny rate gave an unnamed OverflowError, huge sizes printed Infinity as --json."""
+    with pytest.raises(ValueError, match=f"^f.json: field '{field}': ") as caught:
+        Constants.from_dict({**MEASURED.to_dict(), field: value}, "f.json")
+    assert says in str(caught.value)
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"capacity": {"constants": {**MEASURED.to_dict(),
+                                                           field: value}}}))
+    done = cli("plan", "--sessions", "10000000000", "--sends-per-session-day", "1000000",
+               "--json", "--constants", str(path), env=env)
+    err = done.stderr.decode()
+    assert done.returncode == 2, done.stdout[-400:]
+    assert f"{path}: capacity.constants: field '{field}': " in err and says in err, err
+    assert "Traceback" not in err and not done.stdout
+
+
+@pytest.mark.parametrize("flag", ["--partitions", "--workers"])
+def test_counts_past_the_deployments_bound_are_refused(env: dict[str, str], flag: str) -> None:
+    done = cli("plan", "--sessions", "10", "--sends-per-session-day", "1", flag, "100000",
+               env=env)
+    assert done.returncode == 2
+    assert f"{flag}: 100000 is out of range (>= 1, <= 10000)" in done.stderr.decode()
+
+
+def test_json_is_json_at_every_edge(env: dict[str, str], tmp_path: Path) -> None:
+    """The largest workload plan accepts, with every constant at either end of its range."""
+    for c in (EXTREME_LOW, EXTREME_HIGH):
+        path = tmp_path / "c.json"
+        path.write_text(json.dumps(c.to_dict()))
+        done = cli("plan", "--sessions", "10000000000", "--sends-per-session-day", "1000000",
+                   "--dedupe-window-days", "3650", "--history-days", "36500", "--json",
+                   "--constants", str(path), env=env)
+        assert done.returncode == 0, done.stderr
+        doc = _strict_json(done.stdout.decode())
+        assert all(math.isfinite(f["value"]) for f in doc["figures"])

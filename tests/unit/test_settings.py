@@ -20,8 +20,12 @@ from workers.settings import (
     WorkerSettings,
     kafka_settings,
     numeric_range,
+    worker_limits,
     worker_settings,
 )
+from workers.topics import retention_ms, topics_file
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_defaults_and_prefix():
@@ -340,3 +344,110 @@ def test_cli_refuses_a_missing_cafile_before_any_connection(tmp_path):
         err = done.stderr.decode()
         assert err.startswith(f"error: KAFKA_SSL_CAFILE: {tmp_path / 'missing.pem'} does not exist")
         assert "hunter2" not in err + done.stdout.decode()
+
+
+# ---- limits between settings, at the worker's start (issue 42, item 7) ----------------------
+
+RETENTION_MS = 7 * 86_400_000  # topics.yaml's delivery.confirmations
+
+
+def limits(env: dict[str, str], retention_ms: int | None = RETENTION_MS) -> None:
+    worker_limits(worker_settings(env), retention_ms, "topics.yaml")
+
+
+def test_the_shipped_topics_yaml_and_defaults_are_within_the_limits():
+    path = ROOT / "topics.yaml"
+    assert retention_ms(path, "delivery.confirmations") == RETENTION_MS
+    limits({}, retention_ms(path, "delivery.confirmations"))
+    # the manifests' values: TRANSCRIPT_SHUTDOWN_TIMEOUT_S=30, the defaults otherwise
+    limits({"TRANSCRIPT_SHUTDOWN_TIMEOUT_S": "30", "TRANSCRIPT_SESSION_TIMEOUT_S": "45"})
+
+
+def test_a_liveness_timeout_below_the_transaction_timeout_is_refused_naming_both():
+    with pytest.raises(SettingsError) as caught:
+        limits({"TRANSCRIPT_LIVENESS_TIMEOUT_S": "60", "TRANSCRIPT_TRANSACTION_TIMEOUT_S": "300"})
+    assert str(caught.value).startswith(
+        "invalid environment: TRANSCRIPT_LIVENESS_TIMEOUT_S=60 is below "
+        "TRANSCRIPT_TRANSACTION_TIMEOUT_S=300: /livez would fail")
+    limits({"TRANSCRIPT_LIVENESS_TIMEOUT_S": "300", "TRANSCRIPT_TRANSACTION_TIMEOUT_S": "300"})
+    # at least once has no transactions (and no checkpoints): nothing to hold it to
+    limits({"TRANSCRIPT_LIVENESS_TIMEOUT_S": "2", "TRANSCRIPT_PROCESSING_GUARANTEE":
+            "at_least_once", "TRANSCRIPT_CHECKPOINT_INTERVAL_S": "1"})
+
+
+@pytest.mark.parametrize(("env", "says"), [
+    ({"TRANSCRIPT_CHECKPOINT_KEEP": "6"},
+     "TRANSCRIPT_CHECKPOINT_INTERVAL_S=86400 x TRANSCRIPT_CHECKPOINT_KEEP=6 is 6 days, shorter "
+     "than the input's retention (topics.yaml: delivery.confirmations retention.ms=604800000, "
+     "7 days): the input older than the oldest checkpoint would be replayed by no audit; set "
+     "TRANSCRIPT_CHECKPOINT_KEEP to at least 7"),
+    ({"TRANSCRIPT_CHECKPOINT_INTERVAL_S": "1"},
+     "TRANSCRIPT_CHECKPOINT_INTERVAL_S=1 x TRANSCRIPT_CHECKPOINT_KEEP=9 is 9 s, shorter than "),
+])
+def test_a_checkpoint_span_shorter_than_the_input_s_retention_is_refused(env, says):
+    with pytest.raises(SettingsError) as caught:
+        limits(env)
+    assert str(caught.value).startswith(f"invalid environment: {says}")
+
+
+def test_a_checkpoint_interval_longer_than_the_input_s_retention_is_refused():
+    """Then the newest checkpoint can be older than the oldest input left: no start."""
+    env = {"TRANSCRIPT_CHECKPOINT_INTERVAL_S": "172800"}  # 2 days, 9 of them kept: 18 days
+    limits(env)
+    with pytest.raises(SettingsError, match=(
+            r"^invalid environment: TRANSCRIPT_CHECKPOINT_INTERVAL_S=172800 is longer than the "
+            r"input's retention \(topics.yaml: delivery.confirmations retention.ms=86400000, "
+            r"1 days\): .* an audit past retention would have no start; set it to at most "
+            r"86400$")):
+        limits(env, 86_400_000)
+
+
+def test_an_input_kept_for_ever_needs_no_checkpoint_span():
+    limits({"TRANSCRIPT_CHECKPOINT_INTERVAL_S": "1", "TRANSCRIPT_CHECKPOINT_KEEP": "1"}, None)
+
+
+def test_every_problem_is_named_at_once():
+    with pytest.raises(SettingsError) as caught:
+        limits({"TRANSCRIPT_LIVENESS_TIMEOUT_S": "5", "TRANSCRIPT_CHECKPOINT_KEEP": "1"})
+    text = str(caught.value)
+    assert "TRANSCRIPT_LIVENESS_TIMEOUT_S=5 is below" in text
+    assert "; TRANSCRIPT_CHECKPOINT_INTERVAL_S=86400 x TRANSCRIPT_CHECKPOINT_KEEP=1 is" in text
+
+
+@pytest.mark.parametrize(("env", "says"), [
+    ({"TRANSCRIPT_LIVENESS_TIMEOUT_S": "5"},
+     "TRANSCRIPT_LIVENESS_TIMEOUT_S=5 is below TRANSCRIPT_TRANSACTION_TIMEOUT_S=10"),
+    ({"TRANSCRIPT_CHECKPOINT_KEEP": "1"},
+     "TRANSCRIPT_CHECKPOINT_INTERVAL_S=86400 x TRANSCRIPT_CHECKPOINT_KEEP=1 is 1 days, shorter "
+     "than the input's retention ("),
+])
+def test_the_worker_refuses_to_start_before_any_connection(env, says):
+    # nothing listens on port 1: a worker that got past its settings would reach no broker
+    env = {**os.environ, "KAFKA_BOOTSTRAP": "127.0.0.1:1",
+           "TRANSCRIPT_TOPIC_PREFIX": "nowhere.", **env}
+    done = subprocess.run([sys.executable, "-m", "workers", "worker"], env=env,
+                          capture_output=True, timeout=60)
+    assert (done.returncode, done.stdout) == (2, b"")
+    err = done.stderr.decode()
+    assert err.startswith(f"error: invalid environment: {says}"), err
+    assert str(ROOT / "topics.yaml") in err or "LIVENESS" in says
+
+
+def test_the_worker_reads_the_retention_from_the_topics_file_it_is_given(tmp_path):
+    """TRANSCRIPT_TOPICS_FILE: the file `topics apply` read (a test that deletes its oldest
+    input itself declares an input kept for ever, and checkpoints every second)."""
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "topics.yaml").read_text())
+    doc["topics"]["delivery.confirmations"]["configs"]["retention.ms"] = "-1"
+    path = tmp_path / "topics.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert retention_ms(path, "delivery.confirmations") is None
+    assert topics_file({"TRANSCRIPT_TOPICS_FILE": str(path)}) == path
+    assert topics_file({}) == ROOT / "topics.yaml"
+    env = {**os.environ, "KAFKA_BOOTSTRAP": "127.0.0.1:1", "TRANSCRIPT_TOPIC_PREFIX": "nowhere.",
+           "TRANSCRIPT_CHECKPOINT_INTERVAL_S": "1", "TRANSCRIPT_TOPICS_FILE": str(path)}
+    done = subprocess.run([sys.executable, "-m", "workers", "worker"], env=env,
+                          capture_output=True, timeout=60)
+    assert done.returncode == 2  # it got past its settings: no broker on port 1
+    assert "invalid environment" not in done.stderr.decode(), done.stderr.decode()

@@ -5,6 +5,13 @@ and checkpoint, the bytes a day adds to each topic, and the broker disk at topic
 retentions (workers/core/capacity.py: the model and its formulas). Each figure names its
 formula and the constants it uses; the constants are the ones `make bench` measured
 (`MEASURED` below, or `--constants` with a newer bench result). No Kafka needed.
+
+It never recommends what the deployment refuses: partitions and workers stay within
+TRANSCRIPT_PARTITIONS' bound (10,000; the model's powers of two: 8,192), and what does not fit
+one deployment is said, beside the figures of the largest that does (`does not fit one
+deployment:` in the table, `fits` and `does_not_fit` in --json); the exit status stays 0. A
+constants file out of range is refused naming the file and field (exit 2), so every figure is
+finite and --json is JSON (no Infinity or NaN).
 """
 
 from __future__ import annotations
@@ -15,11 +22,17 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from workers.core.capacity import Constants, Figure, Retentions, Workload, plan
+from workers.core.capacity import (
+    MAX_PARTITIONS,
+    Constants,
+    Figure,
+    Retentions,
+    Workload,
+    fit,
+    plan,
+)
 from workers.core.errors import OwnerError
-from workers.topics import load_topics
-
-DEFAULT_TOPICS = Path(__file__).resolve().parents[2] / "topics.yaml"
+from workers.topics import load_topics, topics_file
 
 # `make bench` on this project's 2-core machine (bench/capacity.py; its `capacity.constants`)
 MEASURED = Constants(
@@ -84,17 +97,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       "state) may take to restore its partitions (default 600)")
     a("--checkpoint-keep", type=_bounded(int, 1, 1000), default=9, metavar="N",
       help="TRANSCRIPT_CHECKPOINT_KEEP (default 9)")
-    a("--partitions", type=_bounded(int, 1, 100_000), default=None, metavar="N",
-      help="size for this partition count instead of choosing one")
-    a("--workers", type=_bounded(int, 1, 100_000), default=None, metavar="N",
-      help="size for this many worker processes instead of choosing")
+    a("--partitions", type=_bounded(int, 1, MAX_PARTITIONS), default=None, metavar="N",
+      help="size for this partition count instead of choosing one (at most "
+      f"{MAX_PARTITIONS:,}: TRANSCRIPT_PARTITIONS' bound)")
+    a("--workers", type=_bounded(int, 1, MAX_PARTITIONS), default=None, metavar="N",
+      help="size for this many worker processes instead of choosing (at most "
+      f"{MAX_PARTITIONS:,}: no more than the partitions)")
     for field, what in (("input", "a delivery confirmation"), ("entry", "a transcript entry"),
                         ("diagnostic", "a diagnostic")):
         a(f"--{field}-record-bytes", type=_bounded(float, 1, 2 * 1024 * 1024), default=None,
           metavar="B", help=f"bytes of {what} on the broker (default: the bench's)")
     a("--constants", type=Path, default=None, metavar="FILE",
       help="a `make bench` result (bench/results/latest.json) or a JSON object of constants")
-    a("--topics-file", type=Path, default=DEFAULT_TOPICS, help="default: %(default)s")
+    a("--topics-file", type=Path, default=topics_file(),
+      help="default: TRANSCRIPT_TOPICS_FILE, else %(default)s")
     a("--json", action="store_true", help="print JSON instead of a table")
     a("--brief", action="store_true", help="the table without formulas and constants")
 
@@ -114,20 +130,30 @@ def run(args: argparse.Namespace) -> int:
         checkpoint_keep=args.checkpoint_keep, partitions=args.partitions, workers=args.workers)
     kept, declared = retentions(args.topics_file)
     figures = plan(workload, constants, kept)
+    misfits = fit(workload, constants).misfits
+    for f in figures:  # the constants' ranges keep them finite: a guard, named if not
+        if not math.isfinite(f.value):
+            raise PlanError(f"{f.group}: {f.name} is not a finite number ({f.value}): a "
+                            "constant is out of its range")
     if args.json:
         print(json.dumps({"workload": vars(workload), "constants": constants.to_dict(),
-                          "declared_partitions": declared,
+                          "declared_partitions": declared, "fits": not misfits,
+                          "does_not_fit": list(misfits),
                           "figures": [vars(f) | {"constants": list(f.constants)}
-                                      for f in figures]}, indent=2))
-    else:
-        print(table(figures, constants, brief=args.brief))
-        partitions = next(int(f.value) for f in figures if f.name == "partitions")
-        if partitions != declared:
-            print(f"\n{args.topics_file} declares {declared} partitions: a new deployment of "
-                  f"{partitions} sets `defaults: partitions: {partitions}` there and "
-                  f"TRANSCRIPT_PARTITIONS={partitions} (workers and connectors) before "
-                  "`topics apply`; `topics apply` never changes the count of a topic that "
-                  "exists.")
+                                      for f in figures]}, indent=2, allow_nan=False))
+        return 0
+    print(table(figures, constants, brief=args.brief))
+    if misfits:
+        print("\ndoes not fit one deployment:")
+        for reason in misfits:
+            print(f"  - {reason}")
+    partitions = next(int(f.value) for f in figures if f.name == "partitions")
+    if partitions != declared:
+        print(f"\n{args.topics_file} declares {declared} partitions: a new deployment of "
+              f"{partitions} sets `defaults: partitions: {partitions}` there and "
+              f"TRANSCRIPT_PARTITIONS={partitions} (workers and connectors) before "
+              "`topics apply`; `topics apply` never changes the count of a topic that "
+              "exists.")
     return 0
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from workers.core.errors import OwnerError
 from workers.settings import KafkaSettings, SettingsError, kafka_settings, worker_settings
 from workers.topics import (
+    PACKAGED_TOPICS_FILE,
     AclBinding,
     AclPlan,
     Acls,
@@ -30,14 +31,16 @@ from workers.topics import (
     drift_table,
     load_acls,
     load_topics,
+    topics_file,
 )
 
-DEFAULT_FILE = Path(__file__).resolve().parents[2] / "topics.yaml"
+DEFAULT_FILE = PACKAGED_TOPICS_FILE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=["apply", "check"])
-    parser.add_argument("--file", type=Path, default=DEFAULT_FILE, help="default: %(default)s")
+    parser.add_argument("--file", type=Path, default=topics_file(),
+                        help="default: TRANSCRIPT_TOPICS_FILE, else %(default)s")
     parser.add_argument(
         "--dry-run", action="store_true", help="apply: validate changes with the broker only"
     )

@@ -13,6 +13,11 @@ that keep their pace, and are a floor for a deployment of many silent ones. The 
 holds the same keys (compacted), and up to twice that before the log cleaner runs
 (min.cleanable.dirty.ratio 0.5, Kafka's default). Byte figures are uncompressed, as the bench
 measured them, per replica unless a figure says "all replicas".
+
+What one deployment accepts bounds what the model recommends (issue 42: it recommended 16,384
+partitions, and 4.4e12 for absurd inputs, where the worker and the Python connector stop at
+10,000). `fit` sizes a workload within those bounds and says what does not fit, and why;
+`plan` gives the figures of that size.
 """
 
 from __future__ import annotations
@@ -23,6 +28,13 @@ from dataclasses import asdict, dataclass, fields
 DAY_S = 86_400.0
 DIRTY_FACTOR = 2.0  # a compacted topic holds up to twice its live bytes before cleaning
 MIN_PARTITIONS = 8  # today's count (topics.yaml): fewer gains nothing and shrinks the way up
+# The most partitions one deployment takes: TRANSCRIPT_PARTITIONS' bound (workers/settings.py;
+# the Python connector's `partitions` too), and so the most workers that own one.
+MAX_PARTITIONS = 10_000
+# The model chooses powers of two (a deployment grows by doubling: `repartition` needs a
+# multiple); the largest within MAX_PARTITIONS.
+MAX_CHOSEN_PARTITIONS = 1 << (MAX_PARTITIONS.bit_length() - 1)  # 8,192
+MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -77,7 +89,8 @@ class Constants:
 
     @classmethod
     def from_dict(cls, raw: object, where: str) -> Constants:
-        """From JSON (a bench result's `capacity.constants`); errors name `where` and the field."""
+        """From JSON (a bench result's `capacity.constants`); errors name `where` and the field,
+        and a value out of its range (`CONSTANT_RANGES`) says the range and why."""
         if not isinstance(raw, dict):
             raise ValueError(f"{where}: not an object of constants")
         values: dict[str, object] = {}
@@ -92,11 +105,123 @@ class Constants:
                                  f"required, got {value!r}")
             if f.name.endswith("_per_s") and value == 0:
                 raise ValueError(f"{where}: field {f.name!r}: must be > 0")
+            low, high, why = CONSTANT_RANGES[f.name]
+            if not low <= value <= high:
+                raise ValueError(f"{where}: field {f.name!r}: {value!r} is out of range "
+                                 f"({low:g} to {high:g}: {why})")
             values[f.name] = float(value)
         return cls(**values)  # type: ignore[arg-type]
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
+
+
+_RATE = (1.0, 1e9, "a process that moves fewer than one a second, or more than a billion, "
+         "is a broken measurement")
+_BYTES = (1.0, 2.0 * MIB, "no record or state value on the broker is larger than "
+          "max.message.bytes, 2 MiB in topics.yaml")
+_SHARE = (0.0, 1.0, "each input record has one outcome")
+# Each constant's range: finite figures for every workload plan accepts (a rate of 1e-300 made
+# an unnamed OverflowError, a size of 1e308 printed Infinity as JSON), and values a bench run
+# can give at all.
+CONSTANT_RANGES: dict[str, tuple[float, float, str]] = {
+    "worker_records_per_s": _RATE,
+    "restore_records_per_s": _RATE,
+    "checkpoint_keys_per_s": _RATE,
+    "head_bytes": _BYTES,
+    "seen_bytes": _BYTES,
+    "seen_per_record": (0.0, 1.0, "a record carries one send_id at most"),
+    "state_writes_per_record": (0.0, 2.0, "a record writes its session's head and its "
+                                "send_id at most"),
+    "written_share": _SHARE,
+    "diagnostic_share": (0.0, 10.0, "a decision carries a few diagnostics at most"),
+    "dead_letter_share": _SHARE,
+    "input_record_bytes": _BYTES,
+    "entry_record_bytes": _BYTES,
+    "diagnostic_record_bytes": _BYTES,
+    "dead_letter_record_bytes": _BYTES,
+    "changelog_record_bytes": _BYTES,
+}
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The deployment `plan` sizes: its worker processes and partitions, each with the formula
+    that chose it, within what one deployment accepts; `misfits` says what of the workload does
+    not fit that (empty: it all does)."""
+
+    workers: int
+    workers_formula: str
+    partitions: int
+    partitions_formula: str
+    misfits: tuple[str, ...] = ()
+
+
+def state_keys(w: Workload, c: Constants) -> float:
+    return w.sessions * (1 + c.seen_per_record * w.sends_per_session_day * w.dedupe_window_days)
+
+
+def fit(w: Workload, c: Constants) -> Fit:
+    """The workers and partitions for `w`, never more than one deployment accepts. Each need is
+    compared as a float before it is rounded, so that no input overflows."""
+    misfits: list[str] = []
+    peak_s = w.sessions * w.sends_per_session_day / DAY_S * w.peak_factor
+    keys = state_keys(w, c)
+    by_peak = peak_s / (c.worker_records_per_s * w.headroom)
+    by_worker_restore = keys / (c.restore_records_per_s * w.worker_restore_target_s)
+    by_restore = keys / (c.restore_records_per_s * w.restore_target_s)
+    most = w.partitions if w.partitions is not None else MAX_CHOSEN_PARTITIONS
+
+    if w.workers is not None:
+        workers, why_w = w.workers, "given (--workers)"
+    else:
+        need = max(by_peak, by_worker_restore)
+        workers = math.ceil(min(max(2.0, need), most))
+        why_w = ("max(2 (one may fail), peak input / (worker_records_per_s x headroom), state keys "
+                 "/ (restore_records_per_s x worker_restore_target_s)), rounded up, at most the "
+                 "partitions")
+        if need > most:
+            peak = by_peak >= by_worker_restore
+            what = ("for its peak input" if peak else
+                    f"for a worker to restore its share within {w.worker_restore_target_s:g} s")
+            relax = "--headroom" if peak else "--worker-restore-target-s"
+            misfits.append(
+                f"it needs {_count(need)} worker processes {what}, and {most:,} partitions "
+                f"keep {most:,} busy at most: the figures are for {most:,}. "
+                + (f"Give it more partitions (--partitions), or relax {relax}"
+                   if need <= MAX_CHOSEN_PARTITIONS else
+                   _split(need / MAX_CHOSEN_PARTITIONS, relax)))
+
+    if w.partitions is not None:
+        partitions, why_p = w.partitions, "given (--partitions)"
+    else:
+        need = max(float(MIN_PARTITIONS), 2.0 * workers, by_restore)
+        partitions = min(_power_of_two(math.ceil(min(need, MAX_PARTITIONS))),
+                         MAX_CHOSEN_PARTITIONS)
+        why_p = ("the power of two >= max(8, 2 x workers, state keys / (restore_records_per_s x "
+                 f"restore_target_s)), at most {MAX_CHOSEN_PARTITIONS:,}")
+        if by_restore > MAX_CHOSEN_PARTITIONS:
+            misfits.append(
+                f"a partition restores within {w.restore_target_s:g} s (--restore-target-s) "
+                f"only with {_count(by_restore)} partitions or more; plan counts them in powers "
+                f"of two (a deployment grows by doubling), and the largest one deployment takes "
+                f"is {MAX_CHOSEN_PARTITIONS:,} (TRANSCRIPT_PARTITIONS stops at "
+                f"{MAX_PARTITIONS:,}): the figures are for {partitions:,}. "
+                + _split(by_restore / MAX_CHOSEN_PARTITIONS, "--restore-target-s"))
+    if workers > partitions:
+        misfits.append(f"{workers:,} workers for {partitions:,} partitions: "
+                       f"{workers - partitions:,} would own no partition")
+    return Fit(workers, why_w, partitions, why_p, tuple(misfits))
+
+
+def _split(deployments: float, relax: str) -> str:
+    return (f"Split the sessions over {_count(deployments)} deployments (each its own "
+            f"TRANSCRIPT_TOPIC_PREFIX), or relax {relax}")
+
+
+def _count(x: float) -> str:
+    """A count for a sentence: whole, with separators; a huge one in powers of ten."""
+    return f"{math.ceil(x):,}" if x < 1e15 else f"{x:.2g}"
 
 
 @dataclass(frozen=True)
@@ -121,21 +246,15 @@ def plan(w: Workload, c: Constants, r: Retentions = Retentions()) -> list[Figure
     dep, part, day, disk = "deployment", "per partition", "per day", "broker disk"
     records_day = w.sessions * w.sends_per_session_day
     mean_s = records_day / DAY_S
-    peak_s = add(dep, "peak input", mean_s * w.peak_factor, "records/s",
-                 "sessions x sends_per_session_day / 86400 x peak_factor")
+    add(dep, "peak input", mean_s * w.peak_factor, "records/s",
+        "sessions x sends_per_session_day / 86400 x peak_factor")
     window_records = w.sends_per_session_day * w.dedupe_window_days
-    keys = w.sessions * (1 + c.seen_per_record * window_records)
+    keys = state_keys(w, c)
     state_bytes = w.sessions * (c.head_bytes + c.seen_bytes * c.seen_per_record
                                 * window_records)
-    if w.workers is not None:
-        workers, why = w.workers, "given (--workers)"
-    else:
-        by_peak = peak_s / (c.worker_records_per_s * w.headroom)
-        by_restore = keys / (c.restore_records_per_s * w.worker_restore_target_s)
-        workers = max(2, math.ceil(by_peak), math.ceil(by_restore))
-        why = ("max(2 (one may fail), peak input / (worker_records_per_s x headroom), state keys "
-               "/ (restore_records_per_s x worker_restore_target_s)), rounded up")
-    add(dep, "worker processes", workers, "", why, "worker_records_per_s",
+    size = fit(w, c)
+    workers, partitions = size.workers, size.partitions
+    add(dep, "worker processes", workers, "", size.workers_formula, "worker_records_per_s",
         "restore_records_per_s")
     add(dep, "state keys", keys, "keys",
         "sessions x (1 + seen_per_record x sends_per_session_day x dedupe_window_days)",
@@ -143,14 +262,7 @@ def plan(w: Workload, c: Constants, r: Retentions = Retentions()) -> list[Figure
     add(dep, "state bytes", state_bytes, "bytes",
         "sessions x (head_bytes + seen_bytes x seen_per_record x sends_per_session_day x "
         "dedupe_window_days)", "head_bytes", "seen_bytes", "seen_per_record")
-    if w.partitions is not None:
-        partitions, why = w.partitions, "given (--partitions)"
-    else:
-        by_restore = keys / (c.restore_records_per_s * w.restore_target_s)
-        partitions = _power_of_two(max(MIN_PARTITIONS, 2 * workers, math.ceil(by_restore)))
-        why = ("the power of two >= max(8, 2 x workers, state keys / (restore_records_per_s x "
-               "restore_target_s))")
-    add(dep, "partitions", partitions, "", why, "restore_records_per_s")
+    add(dep, "partitions", partitions, "", size.partitions_formula, "restore_records_per_s")
     add(dep, "partitions per worker", partitions / workers, "", "partitions / workers")
     add(dep, "state bytes per worker", state_bytes / workers, "bytes",
         "state bytes / workers (its RocksDB, before compression)")
@@ -219,4 +331,5 @@ def _power_of_two(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-__all__ = ["Constants", "Figure", "Retentions", "Workload", "plan"]
+__all__ = ["CONSTANT_RANGES", "MAX_CHOSEN_PARTITIONS", "MAX_PARTITIONS", "Constants", "Figure",
+           "Fit", "Retentions", "Workload", "fit", "plan", "state_keys"]

@@ -40,6 +40,7 @@ from workers.settings import (
     KafkaSettings,
     WorkerSettings,
     kafka_settings,
+    worker_limits,
     worker_settings,
 )
 from workers.stream import local_state
@@ -263,6 +264,10 @@ def stop_within(worker, timeout_s: float) -> None:  # noqa: ANN001  (a faust Wor
 
 def run(args: argparse.Namespace) -> int:
     ks, ws = kafka_settings(), worker_settings()  # a SettingsError is reported by the CLI (exit 2)
+    from workers.topics import retention_ms, topics_file
+
+    declared = topics_file()  # what `topics apply` gave the cluster: the input's retention
+    worker_limits(ws, retention_ms(declared, CONFIRMATIONS), str(declared))
     from workers.kafka_auth import check_access
 
     check_access(ks)  # credentials or certificate refused: a SettingsError too, named

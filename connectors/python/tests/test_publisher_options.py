@@ -4,18 +4,23 @@ is asked (the broker's side: tests/integration/test_python_connector.py)."""
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import ssl
 import threading
 from pathlib import Path
+from typing import get_args
 
 import pytest
 from transcript_connector import (
     ConfirmationPublisher,
     ConnectorError,
+    PublisherOptions,
     PublishError,
+    ReaderOptions,
     build_reset,
     publisher_options_from_env,
+    reader_options_from_env,
 )
 
 
@@ -150,3 +155,72 @@ def test_a_missing_codec_is_refused_at_construction(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(codec, "has_zstd", lambda: False)
     with pytest.raises(ConnectorError, match=r"transcript-connector\[zstd\]"):
         ConfirmationPublisher(publisher_options_from_env({}, compression="zstd"))
+
+
+# ---- every timeout and interval bounded (issue 42, item 7) ----
+
+def _bounds(model: type, name: str) -> tuple[object, object]:
+    low = high = None
+    for m in model.model_fields[name].metadata:
+        low = getattr(m, "ge", getattr(m, "gt", low))
+        high = getattr(m, "le", high)
+    return low, high
+
+
+def test_every_numeric_option_has_a_lowest_and_a_highest_value() -> None:
+    """1e30 was accepted for TRANSCRIPT_PARTITIONS_CHECK_MS (a publisher that never sees a
+    repartition) and for every timeout."""
+    for model in (PublisherOptions, ReaderOptions):
+        for name, info in model.model_fields.items():
+            types = (info.annotation, *get_args(info.annotation))
+            if int in types or float in types:
+                low, high = _bounds(model, name)
+                assert low is not None and high is not None, f"{model.__name__}.{name}"
+
+
+@pytest.mark.parametrize(("env", "option", "highest"), [
+    ({"TRANSCRIPT_PARTITIONS_CHECK_MS": "1" + "0" * 30}, None, 300_000),
+    ({"TRANSCRIPT_PARTITIONS_CHECK_MS": "300001"}, None, 300_000),
+    ({}, {"delivery_timeout_ms": 10**30}, 900_000),
+    ({}, {"transaction_timeout_ms": 900_001}, 900_000),
+    ({}, {"request_timeout_ms": 300_001}, 300_000),
+])
+def test_past_its_highest_value_an_option_is_refused_naming_it(env, option, highest) -> None:
+    name = next(iter(env)) if env else next(iter(option))
+    with pytest.raises(ConnectorError, match=(
+            f"^invalid environment: {name}: Input should be less than or equal to {highest}$")):
+        publisher_options_from_env(env, **(option or {}))
+    if env:  # the highest value itself is accepted
+        o = publisher_options_from_env({name: str(highest)})
+        assert o.partitions_check_ms == highest
+    else:
+        delivery = {"delivery_timeout_ms": highest} if name == "request_timeout_ms" else {}
+        o = publisher_options_from_env({}, **{name: highest, **delivery})
+        assert getattr(o, name) == highest
+
+
+def test_a_delivery_timeout_below_the_request_timeout_is_refused_naming_both() -> None:
+    """kafka-python would refuse the producer at connect, naming neither."""
+    with pytest.raises(ConnectorError) as caught:
+        publisher_options_from_env({}, delivery_timeout_ms=20_000, request_timeout_ms=30_000)
+    assert str(caught.value) == (
+        "invalid environment: delivery_timeout_ms=20000 is below request_timeout_ms=30000: a "
+        "record must be given at least one request's time (kafka-python refuses the producer)")
+    assert publisher_options_from_env({}, delivery_timeout_ms=30_000,
+                                      request_timeout_ms=30_000).delivery_timeout_ms == 30_000
+
+
+@pytest.mark.parametrize(("env", "option", "says"), [
+    ({"TRANSCRIPT_READ_TIMEOUT_MS": "1" + "0" * 30}, {}, "TRANSCRIPT_READ_TIMEOUT_MS: "),
+    ({"TRANSCRIPT_READ_TIMEOUT_MS": "600001"}, {}, "TRANSCRIPT_READ_TIMEOUT_MS: Input should be "
+     "less than or equal to 600000"),
+    ({"TRANSCRIPT_READ_SESSIONS_PER_PARTITION": "1000001"}, {},
+     "TRANSCRIPT_READ_SESSIONS_PER_PARTITION: Input should be less than or equal to 1000000"),
+    ({"TRANSCRIPT_READ_DB_POLL_MS": "1001"}, {},
+     "TRANSCRIPT_READ_DB_POLL_MS: Input should be less than or equal to 1000"),
+    ({}, {"request_timeout_ms": 10**30}, "request_timeout_ms: Input should be less than or "
+     "equal to 300000"),
+])
+def test_the_reader_s_options_are_bounded_too(env, option, says) -> None:
+    with pytest.raises(ConnectorError, match=f"^invalid environment: {re.escape(says)}"):
+        reader_options_from_env(env, **option)

@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -89,12 +90,15 @@ func checkRules(objects []*object, production bool, p *problems) []string {
 			}
 		case *appsv1.StatefulSet:
 			checkStatefulSet(o, v, idx, p)
+			checkAdmitted(o, v, objects, p)
 		case *corev1.Service:
 			if len(v.Spec.Selector) > 0 {
 				checkSelects(o, "spec.selector", labels.SelectorFromSet(v.Spec.Selector), templates, p)
 			}
 		case *policyv1.PodDisruptionBudget:
 			checkSelector(o, v.Spec.Selector, templates, p)
+		case *networkingv1.NetworkPolicy:
+			checkNetworkPolicy(o, v, templates, p)
 		}
 	}
 	for _, t := range templates {
@@ -550,4 +554,95 @@ func declaresPort(c *corev1.Container, port intstr.IntOrString) bool {
 		}
 	}
 	return false
+}
+
+// ---- NetworkPolicy: who may reach the worker's HTTP port ----
+
+// checkNetworkPolicy: it selects pods of the manifests; every port it admits is one those pods
+// declare (a misspelt name admits nothing there: Prometheus would scrape nothing, silently);
+// and every ingress rule names its sources (a rule without `from`, or a peer of every pod in
+// every namespace, admits anyone who can reach the pod: the point of the policy is lost).
+func checkNetworkPolicy(o *object, np *networkingv1.NetworkPolicy, templates []podTemplate, p *problems) {
+	who := o.String()
+	selector, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	if err != nil {
+		p.add(who, "spec.podSelector", "%v", err)
+		return
+	}
+	if selector.Empty() {
+		p.add(who, "spec.podSelector", "empty: it selects every pod of the namespace, not the worker's")
+		return
+	}
+	var selected []podTemplate
+	for _, t := range templates {
+		if t.owner.namespace == o.namespace && selector.Matches(labels.Set(t.labels)) {
+			selected = append(selected, t)
+		}
+	}
+	if len(selected) == 0 {
+		p.add(who, "spec.podSelector", "selects the pods of no workload in the manifests (%s)", selector)
+		return
+	}
+	for i, rule := range np.Spec.Ingress {
+		field := fmt.Sprintf("spec.ingress[%d]", i)
+		if len(rule.From) == 0 {
+			p.add(who, field+".from", "empty: the rule admits every source; name Prometheus's "+
+				"(namespaceSelector and podSelector)")
+		}
+		for j, peer := range rule.From {
+			everyNamespace := peer.NamespaceSelector != nil && len(peer.NamespaceSelector.MatchLabels) == 0 &&
+				len(peer.NamespaceSelector.MatchExpressions) == 0
+			everyPod := peer.PodSelector == nil || (len(peer.PodSelector.MatchLabels) == 0 &&
+				len(peer.PodSelector.MatchExpressions) == 0)
+			if everyNamespace && everyPod {
+				p.add(who, fmt.Sprintf("%s.from[%d]", field, j),
+					"every pod of every namespace: name the namespace and the pods")
+			}
+		}
+		for j, port := range rule.Ports {
+			if port.Port == nil {
+				p.add(who, fmt.Sprintf("%s.ports[%d].port", field, j), "missing: every port would be admitted")
+				continue
+			}
+			for _, t := range selected {
+				declared := false
+				for k := range t.spec.Containers {
+					if declaresPort(&t.spec.Containers[k], *port.Port) {
+						declared = true
+					}
+				}
+				if !declared {
+					p.add(who, fmt.Sprintf("%s.ports[%d].port", field, j),
+						"%s is not a port of the pods of %s (ports[].name or containerPort): it admits nothing",
+						port.Port.String(), t.owner)
+				}
+			}
+		}
+	}
+}
+
+// checkAdmitted: the worker's pods are selected by a NetworkPolicy that restricts their ingress;
+// without one, any pod of the cluster can open connections to the HTTP port.
+func checkAdmitted(o *object, sts *appsv1.StatefulSet, objects []*object, p *problems) {
+	for _, other := range objects {
+		np, ok := other.value.(*networkingv1.NetworkPolicy)
+		if !ok || other.namespace != o.namespace {
+			continue
+		}
+		selector, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil || !selector.Matches(labels.Set(sts.Spec.Template.Labels)) {
+			continue
+		}
+		for _, t := range np.Spec.PolicyTypes {
+			if t == networkingv1.PolicyTypeIngress {
+				return
+			}
+		}
+		if len(np.Spec.PolicyTypes) == 0 { // the API's default: Ingress
+			return
+		}
+	}
+	p.add(o.String(), "spec.template.metadata.labels",
+		"no NetworkPolicy restricts the ingress of these pods: any pod of the cluster can reach "+
+			"the HTTP port (deploy/k8s/base/networkpolicy.yaml)")
 }

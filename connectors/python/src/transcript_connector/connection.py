@@ -41,6 +41,8 @@ CONNECTION_ENV = {
 
 Options = TypeVar("Options", bound="ConnectionOptions")
 
+MAX_REQUEST_TIMEOUT_MS = 300_000  # 5 minutes
+
 
 class ConnectionOptions(BaseModel):
     """Where Kafka is and who connects: the fields every connector client shares."""
@@ -57,7 +59,9 @@ class ConnectionOptions(BaseModel):
     ssl_cafile: str | None = None
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
-    request_timeout_ms: int = Field(default=30_000, ge=1000)
+    # a request Kafka has not answered in 5 minutes (ten times the clients' default) is a broker
+    # gone: longer only hides it (issue 42: 1e30 was accepted)
+    request_timeout_ms: int = Field(default=30_000, ge=1000, le=MAX_REQUEST_TIMEOUT_MS)
 
     @field_validator("bootstrap")
     @classmethod
@@ -143,8 +147,13 @@ def options_from_env(cls: type[Options], names: Mapping[str, str], environ: Mapp
         return cls(**{**values, **overrides})
     except ValidationError as exc:
         var = {f: v for v, f in names.items()}
-        problems = [f"{var.get(str(e['loc'][0]), e['loc'][0])}: {e['msg']}"
-                    for e in exc.errors(include_input=False, include_url=False)]
+        problems = []
+        for e in exc.errors(include_input=False, include_url=False):
+            if e["loc"]:
+                problems.append(f"{var.get(str(e['loc'][0]), e['loc'][0])}: {e['msg']}")
+            else:  # a limit between options: its message names them
+                problems.append(str(e["ctx"]["error"]) if "error" in e.get("ctx", {})
+                                else e["msg"])
         raise ConnectorError("invalid environment: " + "; ".join(problems)) from None
 
 

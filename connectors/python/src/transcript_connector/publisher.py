@@ -49,7 +49,7 @@ from kafka.errors import (
     UnsupportedSaslMechanismError,
     for_code,
 )
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from transcript_connector.builders import BuiltRecord
 from transcript_connector.connection import (
@@ -69,6 +69,9 @@ CONFIRMATIONS_TOPIC = "delivery.confirmations"
 DEFAULT_PARTITIONS = 8  # the worker's TRANSCRIPT_PARTITIONS default (workers/settings.py)
 # how often a connected publisher looks at the topic's partition count (a repartition grows it)
 DEFAULT_PARTITIONS_CHECK_MS = 5000
+MAX_PARTITIONS_CHECK_MS = 300_000  # the Kafka clients' default metadata.max.age.ms
+MAX_TRANSACTION_TIMEOUT_MS = 900_000  # the broker's default transaction.max.timeout.ms
+MAX_DELIVERY_TIMEOUT_MS = 900_000  # 15 minutes: past it a gateway must hear of the failure
 # the topic takes 2 MiB records (topics.yaml): a record the worker accepts (1 MiB) plus its key
 # and the batch's overhead always fits one request
 MAX_REQUEST_BYTES = 2 << 20
@@ -96,13 +99,27 @@ class PublisherOptions(ConnectionOptions):
 
     topic: str | None = None  # the input topic's full name, when not <prefix>delivery.confirmations
     partitions: int | None = Field(default=DEFAULT_PARTITIONS, ge=1, le=10_000)
-    # also the producer's metadata_max_age_ms: no faster than a metadata request per 50 ms
-    partitions_check_ms: int = Field(default=DEFAULT_PARTITIONS_CHECK_MS, ge=50)
+    # also the producer's metadata_max_age_ms: no faster than a metadata request per 50 ms, and
+    # no slower than the Kafka clients' default metadata.max.age.ms (5 min): a publisher follows
+    # a repartition within that (issue 42: 1e30 was accepted, a publisher that never would)
+    partitions_check_ms: int = Field(default=DEFAULT_PARTITIONS_CHECK_MS, ge=50,
+                                     le=MAX_PARTITIONS_CHECK_MS)
     transactional_id: str | None = Field(default=None, min_length=1)
-    transaction_timeout_ms: int = Field(default=60_000, ge=1000)
-    # publish raises PublishError after this long without an acknowledgement
-    delivery_timeout_ms: int = Field(default=120_000, ge=1000)
+    # at most the broker's default transaction.max.timeout.ms: above it init_transactions fails
+    transaction_timeout_ms: int = Field(default=60_000, ge=1000, le=MAX_TRANSACTION_TIMEOUT_MS)
+    # publish raises PublishError after this long without an acknowledgement: 15 minutes at
+    # most, and at least one request's timeout (kafka-python refuses a shorter one)
+    delivery_timeout_ms: int = Field(default=120_000, ge=1000, le=MAX_DELIVERY_TIMEOUT_MS)
     compression: Compression | None = None
+
+    @model_validator(mode="after")
+    def _delivery_outlasts_a_request(self) -> Self:
+        if self.delivery_timeout_ms < self.request_timeout_ms:
+            raise ValueError(
+                f"delivery_timeout_ms={self.delivery_timeout_ms} is below request_timeout_ms="
+                f"{self.request_timeout_ms}: a record must be given at least one request's "
+                "time (kafka-python refuses the producer)")
+        return self
 
     @property
     def topic_name(self) -> str:
