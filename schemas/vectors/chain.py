@@ -8,13 +8,18 @@ Every expectation is computed by transcript_connector.chain (the contract, DESIG
 - `roots`: root(session_key, epoch) for keys with `#`, `:`, multi-byte UTF-8 and huge epochs;
 - `links`: link(previous, value) over values of several sizes;
 - `sessions`: a session's live entries (seq, value as UTF-8 text, chain header or null) and
-  optionally the worker's head, with the seqs of the findings verify_session reports and the
+  optionally the worker's head (next_seq, chain, chain_from, live_from) and a `chained_since`
+  other than CHAIN_SINCE, with the seqs of the findings verify_session reports and the
   counts of chained and unchained entries. Cases: honest, reset, after an erasure, written
   before the chain, and each kind of tampering (a changed byte, a removed, inserted, moved
-  or re-chained entry, a stripped or malformed header, the end cut off), and values read
-  strictly (UTF-8 JSON without NaN; seq and epoch integers, not 2.0 or true; huge epochs), with
-  a case's values in hex (`"hex": true`) where they are not UTF-8. `problems` are the
-  findings' texts, beside `finding_seqs`.
+  or re-chained entry, a stripped, doubled or malformed header, every header stripped, erased
+  entries put back, the end cut off), entries without a chain dated by their `written_at` in
+  each form the entry schema allows and some it does not, and values read strictly (UTF-8
+  JSON without NaN; seq and epoch integers, not 2.0 or true; huge epochs), with a case's
+  values in hex (`"hex": true`) where they are not UTF-8. `problems` are the findings' texts,
+  beside `finding_seqs`;
+- `headers`: the values of a record's `chain` headers (hex, or null for a null value) and the
+  text header_text makes of them (the sink stores it; null: no header).
 """
 
 from __future__ import annotations
@@ -28,18 +33,30 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "connectors/python/src"))
 
-from transcript_connector.chain import Head, link, root, verify_session  # noqa: E402
+from datetime import datetime  # noqa: E402
+
+from transcript_connector.chain import (  # noqa: E402
+    CHAIN_SINCE,
+    Head,
+    header_text,
+    link,
+    root,
+    verify_session,
+)
 
 OUT = HERE / "chain.json"
+BEFORE = "2026-11-30T08:00:00Z"  # written before CHAIN_SINCE: no worker chained then
+AFTER = "2026-12-03T08:00:00Z"  # at or after it: a worker of 1.2 chained it
 KEYS = ["agent:main:main", "agent:main:telegram:direct:42", "agent:a:k#1", "agent:é:chat:日本",
         "agent:main:slack:channel:c1:thread:1700000000.000100"]
 
 
-def entry(key: str, epoch: int, seq: int, text: str = "hi") -> bytes:
-    """A transcript-entry/1 value (only the members the chain reads need to be real)."""
-    return json.dumps({"schema": "transcript-entry/1", "session_key": key, "epoch": epoch,
-                       "seq": seq, "text": text}, ensure_ascii=False,
-                      separators=(",", ":")).encode()
+def entry(key: str, epoch: int, seq: int, text: str = "hi", written_at: object = None) -> bytes:
+    """A transcript-entry/1 value (only the members the chain reads need to be real; no
+    `written_at` unless given)."""
+    doc = {"schema": "transcript-entry/1", "session_key": key, "epoch": epoch, "seq": seq,
+           "text": text, **({} if written_at is None else {"written_at": written_at})}
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def chained(key: str, values: list[tuple[int, bytes]], start: bytes | None = None
@@ -58,7 +75,7 @@ def sessions() -> list[dict[str, Any]]:
     honest = chained(k, [(s, entry(k, 0, s, f"message {s}")) for s in range(1, 6)])
     reset = chained(k, [(1, entry(k, 0, 1)), (2, entry(k, 1, 2)), (3, entry(k, 3, 3))])
     erased = chained(k, [(s, entry(k, 2, s)) for s in (7, 8, 9)])  # 1..6 erased: epoch 2
-    legacy = [[s, entry(k, 0, s).decode(), None] for s in (1, 2)] + chained(
+    legacy = [[s, entry(k, 0, s, written_at=BEFORE).decode(), None] for s in (1, 2)] + chained(
         k, [(s, entry(k, 0, s)) for s in (3, 4)])
     head = Head(6, bytes.fromhex(honest[-1][2]))
 
@@ -72,6 +89,18 @@ def sessions() -> list[dict[str, Any]]:
     moved = [list(r) for r in honest]
     moved[1][1], moved[2][1] = moved[2][1], moved[1][1]
     moved[1][2], moved[2][2] = moved[2][2], moved[1][2]
+    stamped = chained(k, [(s, entry(k, 0, s, f"message {s}", AFTER)) for s in range(1, 6)])
+    stamped_head = Head(6, bytes.fromhex(stamped[-1][2]), 1, 1)
+    gone = [[s, entry(k, 1, s, "erased", AFTER).decode(), None] for s in range(1, 7)]
+    again = chained(k, [(s, entry(k, 2, s, written_at=AFTER)) for s in (7, 8, 9)])
+    again_head = Head(10, bytes.fromhex(again[-1][2]), 7, 7)
+    late = [[s, entry(k, 0, s, written_at=AFTER).decode(), None] for s in (1, 2)] + chained(
+        k, [(s, entry(k, 0, s, written_at=AFTER)) for s in (3, 4)])
+    late_chain = bytes.fromhex(late[-1][2])
+
+    def stripped(rows: list[list[Any]]) -> list[list[Any]]:
+        return [[s, v, None] for s, v, _ in rows]
+
     cases: list[tuple[str, list[list[Any]], Head | None]] = [
         ("honest", honest, head),
         ("honest, no head", honest, None),
@@ -96,22 +125,96 @@ def sessions() -> list[dict[str, Any]]:
                                     for r in honest], None),
         ("entries where the state has none", honest, Head(6, None)),
         ("no entries where the state has a chain", [], head),
+        ("a header empty (as stored for one repeated, null or not ASCII)",
+         [r if r[0] != 2 else [2, r[1], ""] for r in honest], head),
+        ("every header stripped, written after the chain began", stripped(stamped), None),
+        ("every header stripped, written before the chain began (as written before it)",
+         stripped(legacy[:2]) + stripped([[s, entry(k, 0, s, written_at=BEFORE).decode(), None]
+                                         for s in (3, 4)]), None),
+        ("every header stripped, with the worker's head", stripped(stamped), stamped_head),
+        ("the first header stripped, written after the chain began",
+         [r if r[0] != 1 else [1, r[1], None] for r in stamped], None),
+        ("erased entries put back without headers before the new chain", gone + again, None),
+        ("erased entries put back, with the worker's head", gone + again, again_head),
+        ("erased entries put back with their old headers, with the worker's head",
+         chained(k, [(s, entry(k, 1, s, "erased", AFTER)) for s in range(1, 7)]) + again,
+         again_head),
+        ("erased entries written before the chain put back, the head's live_from not known",
+         [[s, entry(k, 1, s, "erased", BEFORE).decode(), None] for s in range(1, 7)] + again,
+         Head(10, again_head.chain, 7, None)),
+        ("unchained entries after an erasure, the state holding no chain",
+         [[s, entry(k, 2, s, written_at=BEFORE).decode(), None] for s in (7, 8)],
+         Head(7, None, 7, 7)),
+        ("written before the chain after CHAIN_SINCE (a late upgrade): the head decides", late,
+         Head(5, late_chain, 3, 1)),
+        ("a late upgrade without the head: the entries cannot tell", late, None),
+        ("a late upgrade, the head's live_from not known: the date decides", late,
+         Head(5, late_chain, 3, None)),
+        ("a head written before it recorded where its chain starts", late,
+         Head(5, late_chain)),
     ]
     out = []
-    for name, rows, h in cases + strict_values(k):
+    since = {"every header stripped, written after the chain began, with a later "
+             "chained_since": (stripped(stamped), SINCE_LATER)}
+    for name, rows, h in cases + strict_values(k) + dated(k) + [
+            (n, r, None) for n, (r, _) in since.items()]:
         rows = [[s, v if isinstance(v, bytes) else v.encode(), c] for s, v, c in rows]
         binary = not all(_utf8(v) for _, v, _ in rows)
-        result = verify_session(k, [(s, v, c) for s, v, c in rows], h)
+        at = since[name][1] if name in since else CHAIN_SINCE
+        result = verify_session(k, [(s, v, c) for s, v, c in rows], h, at)
         out.append({
             "name": name, "session_key": k,
             "entries": [[s, v.hex() if binary else v.decode(), c] for s, v, c in rows],
             **({"hex": True} if binary else {}),
             "head": None if h is None else {"next_seq": h.next_seq,
-                                            "chain": None if h.chain is None else h.chain.hex()},
+                                            "chain": None if h.chain is None else h.chain.hex(),
+                                            "chain_from": h.chain_from,
+                                            "live_from": h.live_from},
+            **({} if at == CHAIN_SINCE else {"chained_since": _stamp(at)}),
             "finding_seqs": [f.seq for f in result.findings],
             "problems": [f.problem for f in result.findings],
             "chained": result.chained, "unchained": result.unchained,
         })
+    return out
+
+
+SINCE_LATER = datetime.fromisoformat("2026-12-05T00:00:00Z")
+
+
+def dated(k: str) -> list[tuple[str, list[list[Any]], Head | None]]:
+    """One entry without a chain, its `written_at` read as both verifiers must read it: before
+    CHAIN_SINCE (2026-12-02T00:00:00Z) it was written before the chain, at or after it (or
+    unreadable) it should have one."""
+    def one(written_at: object, raw: str | None = None) -> list[list[Any]]:
+        value = entry(k, 0, 1, written_at=written_at) if raw is None else raw.encode()
+        return [[1, value, None]]
+
+    forms = [
+        "2026-12-01T23:59:59Z", "2026-12-02T00:00:00Z", "2026-12-01T23:59:59.999999999Z",
+        "2026-12-02T01:59:59+02:00", "2026-12-02T02:00:00+02:00", "2026-12-01T19:59:59-04:00",
+        "2026-12-01T20:00:00-04:00", "2026-12-01t23:59:59z", "2026-12-01 23:59:59Z",
+        "2026-11-31T23:59:59Z", "2025-02-29T00:00:00Z", "2026-13-01T00:00:00Z",
+        "2000-03-01T00:00:00+23:59", "1970-01-01T00:00:00Z", "0000-01-01T00:00:00Z",
+        "9999-12-31T23:59:59Z", "2026-12-01T23:59:59", "2026-12-01T23:59:59+0000",
+        "2026-12-01T23:59Z", "2026-12-01T23:59:59.Z", "2026-12-01T23:59:59Z\n",
+        " 2026-12-01T23:59:59Z", "２０２６-12-01T23:59:59Z", "2026-12-01T23:59:59ZZ", "",
+    ]
+    out: list[tuple[str, list[list[Any]], Head | None]] = [
+        (f"written_at {f!r}", one(f), None) for f in forms]
+    key = json.dumps(k)
+    out += [
+        ("no written_at", one(None), None),
+        ("written_at a number", one(1_700_000_000), None),
+        ("written_at null", one(None, f'{{"session_key":{key},"seq":1,"epoch":0,'
+                                       '"written_at":null}'), None),
+        ("the last of two written_at counts", one(None, f'{{"session_key":{key},"seq":1,'
+                                                        '"epoch":0,"written_at":"2026-12-03T00:'
+                                                        '00:00Z","written_at":"2026-12-01T00:'
+                                                        '00:00Z"}'), None),
+        ("written_at escaped", one(None, f'{{"session_key":{key},"seq":1,"epoch":0,'
+                                         '"written_at":"2026-12-01T00:00:00\\u005a"}'), None),
+        ("a value that is no entry, without a chain", one(None, "[1]"), None),
+    ]
     return out
 
 
@@ -189,6 +292,31 @@ def strict_values(k: str) -> list[tuple[str, list[list[Any]], Head | None]]:
     ]
 
 
+def _stamp(at: datetime) -> str:
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def headers() -> list[dict[str, Any]]:
+    """The one rule for a record's `chain` header values (hex; None: a null value)."""
+    hexed = root(KEYS[0], 0).hex().encode()
+    cases: list[tuple[str, list[bytes | None]]] = [
+        ("none", []),
+        ("one", [hexed]),
+        ("one, not hex: its text", [b"not hex, still its text"]),
+        ("one, uppercase: its text", [hexed.upper()]),
+        ("one, empty", [b""]),
+        ("two, equal", [hexed, hexed]),
+        ("two, one empty", [hexed, b""]),
+        ("three", [hexed, hexed, hexed]),
+        ("one, null", [None]),
+        ("one, not ASCII", [hexed[:63] + "é".encode()]),
+        ("one, a byte 0x80", [b"\x80"]),
+        ("one, ASCII control characters", [b"\x00\x7f"]),
+    ]
+    return [{"name": name, "values": [None if v is None else v.hex() for v in values],
+             "text": header_text(values)} for name, values in cases]
+
+
 def _utf8(value: bytes) -> bool:
     try:
         value.decode()
@@ -205,6 +333,7 @@ def vectors() -> dict[str, Any]:
         "links": [{"previous": root(KEYS[0], i).hex(), "value": v.decode(),
                    "chain": link(root(KEYS[0], i), v).hex()} for i, v in enumerate(values)],
         "sessions": sessions(),
+        "headers": headers(),
     }
 
 

@@ -1,6 +1,8 @@
 """The hash chain (DESIGN 1.2, "Tamper evidence") against the real broker: with every input
 record deleted, `audit` still finds a changed, a removed and an appended entry, by session and
-seq, from the entries topic and the worker's state alone; an honest `forget` leaves it clean."""
+seq, from the entries topic and the worker's state alone; an honest `forget` leaves it clean.
+Every header of a session stripped, or doubled, and a session's erased entries put back without
+headers in front of its new chain: `show --verify` and `audit` find each (issue 42.4)."""
 
 from __future__ import annotations
 
@@ -137,3 +139,70 @@ def test_audit_finds_tampering_with_no_input_left(env, topics, tmp_path, workers
         f"{CHANGED} seq 2", f"{REMOVED} seq 3", f"{APPENDED} seq 5"])
     assert not any(ERASED in f for f in chain_findings)
     assert "not what was shown" not in done.stdout.decode()
+
+
+STRIPPED, DOUBLED, PUT_BACK = (f"agent:ops:telegram:direct:chain{x}" for x in "xyz")
+
+
+def sends(session: str, tag: str, n: int, at: datetime) -> list[tuple[bytes, bytes]]:
+    return [(session.encode(), dumps(confirmation(
+        session_key=session, send_id=f"{tag}{i}", confirmed_at=(at + timedelta(seconds=i)
+                                                                ).isoformat(),
+        **{"payload.text": f"message {i} of {session[-6:]}",
+           "receipt.sent_at": (at + timedelta(seconds=i)).isoformat()}))) for i in range(n)]
+
+
+def test_stripped_doubled_and_put_back_entries_are_found(env, topics, tmp_path, workers):
+    """Before: `show --verify` passed the stripped and the doubled session ("verified 0 entries
+    (3 written before the chain)", exit 0), and `audit` found neither the put-back entries (no
+    header, before the new chain) nor a header stripped anywhere but at the end. The worker's
+    heads now record where each chain starts (chain_from) and what was erased (live_from)."""
+    ks = kafka_settings(env)
+    source = ks.topic(CONFIRMATIONS)
+    w = workers("w", tmp_path / "state")
+    entries = Collector(ks, ks.topic(ENTRIES))
+    t0 = datetime.now(UTC) - timedelta(hours=1)
+    publish(ks, source, sends(STRIPPED, "s", 3, t0) + sends(DOUBLED, "d", 3, t0)
+            + sends(PUT_BACK, "p", 3, t0), 8)
+    wait_drained(env["KAFKA_BOOTSTRAP"], group_of(env), source, 120, [w])
+    written = entries.wait_for(lambda r: len(r) >= 9, 30, w)
+    entries.close()
+    before = {(r.key, r.value) for r in written if r.key.startswith(PUT_BACK.encode())}
+    done = cli("forget", PUT_BACK, "--reason", "a user's request", "--wait", "90", env=env)
+    assert done.returncode == 0, done.stderr.decode() + w.tail()
+    publish(ks, source, sends(PUT_BACK, "q", 2, datetime.now(UTC) + timedelta(seconds=1)), 8)
+    wait_drained(env["KAFKA_BOOTSTRAP"], group_of(env), source, 120, [w])
+    poll_until(lambda: sorted(live_entries(ks).get(PUT_BACK, {})) == [4, 5], 30, [w],
+               "the erased session's two new entries")
+    assert w.stop() == 0
+    live = live_entries(ks)
+    for session in (STRIPPED, DOUBLED, PUT_BACK):
+        assert verify_session(session, [(s, v, c) for s, (v, c) in live[session].items()]).ok
+        done = cli("show", session, "--verify", env=env)
+        assert done.returncode == 0, done.stdout.decode() + done.stderr.decode()
+    assert cli("audit", "--json", env=env).returncode == 0
+
+    # a plain producer, with no credentials of the worker's state
+    p = KafkaProducer(bootstrap_servers=env["KAFKA_BOOTSTRAP"])
+    for seq, (value, _) in sorted(live[STRIPPED].items()):
+        p.send(ks.topic(ENTRIES), key=entry_key(STRIPPED, seq), value=value,
+               partition=partition_for(STRIPPED, 8))
+    for seq, (value, chain) in sorted(live[DOUBLED].items()):
+        p.send(ks.topic(ENTRIES), key=entry_key(DOUBLED, seq), value=value,
+               headers=[(CHAIN_HEADER, chain), (CHAIN_HEADER, chain)],
+               partition=partition_for(DOUBLED, 8))
+    for key, value in sorted(before):
+        p.send(ks.topic(ENTRIES), key=key, value=value, partition=partition_for(PUT_BACK, 8))
+    p.flush()
+    p.close()
+
+    for session, seqs in ((STRIPPED, (1, 2, 3)), (DOUBLED, (1, 2, 3)), (PUT_BACK, (1, 2, 3))):
+        done = cli("show", session, "--verify", env=env)
+        assert done.returncode == 1, done.stdout.decode() + done.stderr.decode()
+        found = [x for x in done.stdout.decode().splitlines() if x.startswith("chain: ")]
+        assert [x.split(": ")[1] for x in found] == [f"seq {s}" for s in seqs], found
+    done = cli("audit", "--json", env=env)
+    assert done.returncode == 1, done.stdout.decode() + done.stderr.decode()
+    chain = {f.split(": ", 1)[0] for f in json.loads(done.stdout)["examples"]["chain"]}
+    assert chain == {f"{s} seq {n}" for s in (STRIPPED, DOUBLED, PUT_BACK) for n in (1, 2, 3)}, \
+        chain

@@ -85,10 +85,13 @@ def test_a_session_written_before_the_chain_starts_it_at_its_next_entry() -> Non
     assert b"chain" not in old.to_bytes() and SessionHead.from_bytes(old.to_bytes()) == old
     head, value, c = _decide(old, _send(1))
     assert c == link(root(KEY, 2), value) and head.next_seq == 8  # type: ignore[arg-type]
-    legacy = [(s, json.dumps({"session_key": KEY, "seq": s, "epoch": 2}).encode(), None)
-              for s in range(1, 7)]
-    result = verify_session(KEY, [*legacy, (7, value, c.hex())], Head(8, c))  # type: ignore[arg-type, union-attr]
+    assert (head.chain_from, head.live_from) == (7, 1)  # never erased: 1..6 may all be live
+    legacy = [(s, json.dumps({"session_key": KEY, "seq": s, "epoch": 2,
+                              "written_at": T0}).encode(), None) for s in range(1, 7)]
+    result = verify_session(KEY, [*legacy, (7, value, c.hex())],  # type: ignore[union-attr]
+                            Head(8, c, head.chain_from, head.live_from))
     assert result.ok and (result.chained, result.unchained) == (1, 6)
+    assert verify_session(KEY, [*legacy, (7, value, c.hex())]).ok  # type: ignore[union-attr]
 
 
 def test_the_head_keeps_its_chain_and_refuses_a_bad_one() -> None:
@@ -241,3 +244,133 @@ def test_a_session_whose_head_is_unreadable_is_one_finding_not_two() -> None:
         "chained entry is left: removed"]
     assert list(check.findings({"agent:ops:x:y": other}, {}))[0] == \
         f"{KEY}: chained entries and no head in the state"
+
+
+# --- where the chain starts: the head records it (issue 42.4) ---------------------------------
+
+
+def test_the_head_records_where_its_chain_starts_and_reads_old_heads_as_not_known() -> None:
+    """`chain_from` and `live_from` are written only when known: a head written before them
+    keeps its bytes and reads them as None (not known: verification falls back to the entries'
+    written_at for it)."""
+    old = SessionHead(1, 3, AT, None, None, bytes(range(32)))
+    data = old.to_bytes()
+    assert b"chain_from" not in data and b"live_from" not in data
+    assert SessionHead.from_bytes(data) == old and SessionHead.from_bytes(data).chain_from is None
+    new = old._replace(chain_from=2, live_from=1)
+    assert new.to_bytes() == data[:-1] + b',"chain_from":2,"live_from":1}'
+    assert SessionHead.from_bytes(new.to_bytes()) == new
+    for bad in (b"0", b'"2"', b"true", b"-1", b"2.0"):
+        with pytest.raises(UnreadableState, match="chain_from"):
+            SessionHead.from_bytes(new.to_bytes().replace(b'"chain_from":2',
+                                                          b'"chain_from":' + bad))
+    # a new session's chain starts at 1; an erasure sets where the next starts and what is gone
+    head, _, _ = _decide(EMPTY_HEAD, _send(1))
+    assert (head.chain_from, head.live_from) == (1, 1)
+    head, _, _ = _decide(head, _send(2))
+    head, _, _ = _decide(head, reset(KEY, (AT + timedelta(seconds=5)).isoformat()))
+    assert (head.chain_from, head.live_from) == (1, 1)
+    erased = _erased(head)
+    assert (erased.chain, erased.chain_from, erased.live_from) == (None, 3, 3)
+    after, _, _ = _decide(erased, _send(200))
+    assert (after.chain_from, after.live_from, after.next_seq) == (3, 3, 4)
+    # a head erased before heads recorded it: where its entries may start is not known
+    unknown, _, _ = _decide(SessionHead(1, 3, AT, None, AT), _send(200))
+    assert (unknown.chain_from, unknown.live_from) == (3, None)
+
+
+def _erased(head: SessionHead) -> SessionHead:
+    erase = erase_record(KEY, "request", AT + timedelta(minutes=1))
+    return decide(head, None, erase, KEY, now=AT + timedelta(hours=1),  # type: ignore[arg-type]
+                  written_at=AT + timedelta(hours=1)).head
+
+
+def _session_erased_then_written() -> tuple[list[tuple[int, bytes, bytes]], list[tuple[int, bytes,
+                                                                                       bytes]],
+                                            SessionHead]:
+    """Seqs 1..3 written and erased, then 4 and 5 written: (the erased entries, the live ones,
+    the worker's head)."""
+    head, gone, live = EMPTY_HEAD, [], []
+    for n in (1, 2, 3):
+        head, value, c = _decide(head, _send(n, f"erased {n}"))
+        gone.append((n, value, c.hex().encode()))  # type: ignore[union-attr]
+    head = _erased(head)
+    for n in (4, 5):
+        head, value, c = _decide(head, _send(100 + n))
+        live.append((n, value, c.hex().encode()))  # type: ignore[union-attr]
+    return gone, live, head  # type: ignore[return-value]
+
+
+def _audit(entries: list[tuple[int, bytes | None, bytes | None]], head: SessionHead | None
+           ) -> list[str]:
+    check = ChainCheck()
+    for seq, v, c in entries:
+        check.read(entry_key(KEY, seq), v, [] if c is None else [("chain", c)])
+    return list(check.findings(None if head is None else {KEY: head}, {}))
+
+
+def test_erased_entries_put_back_without_headers_before_the_new_chain_are_found_with_the_head(
+        ) -> None:
+    """Before: put back with no header, in front of the new chain, they read as written before
+    the chain, with the worker's head too (entries written 2025: their written_at cannot tell)."""
+    gone, live, head = _session_erased_then_written()
+    put_back = [(s, v, None) for s, v, _ in gone] + live
+    state = Head(head.next_seq, head.chain, head.chain_from, head.live_from)
+    found = verify_session(KEY, put_back, state).findings
+    assert [f.seq for f in found] == [1, 2, 3]
+    assert found[0].problem == ("the worker's state erased every seq below 4: this entry was "
+                                "put back")
+    assert [f.split(": ")[0] for f in _audit(put_back, head)] == [f"{KEY} seq {s}"
+                                                                 for s in (1, 2, 3)]
+    assert verify_session(KEY, live, state).ok and _audit(live, head) == []  # honest
+    # with their old headers too (then the new chain's first entry no longer follows either)
+    assert [f.seq for f in verify_session(KEY, gone + live, state).findings] == [1, 2, 3]
+
+
+def test_unchained_entries_appended_after_an_erasure_are_found_with_the_head() -> None:
+    """Erased, nothing written since: the head holds no chain. Unchained entries appended at
+    the next seqs passed the head check as written before the chain."""
+    gone, _, _ = _session_erased_then_written()
+    head = _erased(_decide(_decide(_decide(EMPTY_HEAD, _send(1))[0], _send(2))[0], _send(3))[0])
+    forged = [(s + 3, v.replace(b'"seq":%d' % s, b'"seq":%d' % (s + 3)), None)
+              for s, v, _ in gone[:2]]
+    assert [f.split(": ")[0] for f in _audit(forged, head)] == [f"{KEY} seq 4", f"{KEY} seq 5"]
+    assert "where the worker's state says the chain starts" in _audit(forged, head)[0]
+
+
+ODD = {"twice": lambda c: [("chain", c), ("chain", c)], "null": lambda c: [("chain", None)],
+       "not ASCII": lambda c: [("chain", c[:63] + "é".encode())],
+       "empty": lambda c: [("chain", b"")], "uppercase": lambda c: [("chain", c.upper())],
+       "none": lambda c: []}
+
+
+@pytest.mark.parametrize("odd", sorted(ODD))
+def test_the_sink_show_and_audit_read_odd_headers_by_one_rule(odd: str) -> None:
+    """Before: a header given twice, null or not ASCII was stored by the sink (and read by show)
+    as none, "written before the chain", while audit reported the same record. The first entry's
+    header is the odd one; the entries were written after the chain began (so stripping it,
+    "none", is a finding too)."""
+    from transcript_connector.entries_topic import Upsert, classify
+
+    owner = Owner(partitions=None, dedupe_window=timedelta(days=7),
+                  clock=lambda: datetime.fromisoformat("2026-12-03T10:00:00+00:00"))
+    state, records = MemoryState(), []
+    for i in range(3):
+        step = owner.handle(Source("in", 0, i, KEY.encode(), dumps(_send(i))), state, AT)
+        apply(state, step)
+        records += [(o.key, o.value, dict(o.headers)["chain"]) for o in step.sends
+                    if o.topic == ENTRIES and o.value is not None]
+    tampered = [(k, v, ODD[odd](c) if n == 0 else [("chain", c)])
+                for n, (k, v, c) in enumerate(records)]
+    stored = []  # what the sink stores, as show reads it back
+    for k, v, h in tampered:
+        change = classify(k, v, h)
+        assert isinstance(change, Upsert)
+        stored.append((change.seq, v, change.chain))
+    shown = [f.seq for f in verify_session(KEY, stored).findings]
+    check = ChainCheck()
+    for k, v, h in tampered:
+        check.read(k, v, h)
+    audited = [int(f.split(" seq ")[1].split(":")[0]) for f in check.findings(None, {})
+               if f.startswith(f"{KEY} seq ")]
+    assert shown == audited == [1]

@@ -647,7 +647,7 @@ def test_decide_never_modifies_its_input() -> None:
     assert d2.outcome.entry is not None and d3.outcome.entry is not None
     assert d2.outcome.entry.seq == d3.outcome.entry.seq == 2
     assert d2.head._replace(chain=None) == d3.head._replace(chain=None) == SessionHead(
-        0, 3, d1.head.clock, None)
+        0, 3, d1.head.clock, None, chain_from=1, live_from=1)
     assert d2.head.chain != d3.head.chain  # two branches, two chains
 
 
@@ -665,7 +665,7 @@ def test_now_and_written_at_must_be_aware() -> None:
 def test_a_written_decision_moves_the_head_and_remembers_the_send() -> None:
     t0 = datetime.fromisoformat(T0)
     d = _decide(SessionHead(2, 5, None, t0), None, confirmation())
-    assert d.head == SessionHead(2, 6, t0, t0, chain=d.outcome.chain)
+    assert d.head == SessionHead(2, 6, t0, t0, chain=d.outcome.chain, chain_from=5, live_from=1)
     assert d.outcome.chain == link(root(KEY, 2), d.outcome.entry_json or b"")
     assert d.seen is not None and d.seen.first_seen == t0 and len(d.seen.fingerprint) == 32
     assert d.outcome.entry is not None and (d.outcome.entry.epoch, d.outcome.entry.seq) == (2, 5)

@@ -91,7 +91,7 @@ def test_an_erase_tombstones_every_entry_and_records_the_erasure_without_content
         "reason": "GDPR request 42", "epoch": 1, "through_seq": 3}
     assert b"t1" not in record.value and b"s1" not in record.value  # no text, no send_id
     assert s.head == SessionHead(1, 4, T0 + timedelta(minutes=3), None,
-                                 datetime(2025, 3, 1, 13, tzinfo=UTC))
+                                 datetime(2025, 3, 1, 13, tzinfo=UTC), chain_from=4, live_from=4)
 
 
 def test_the_store_keeps_only_a_head_without_content_after_an_erase() -> None:

@@ -95,7 +95,8 @@ def test_a_skewed_record_moves_the_session_clock_only_to_the_workers_clock() -> 
     head = SessionHead(0, 5, NOW - timedelta(hours=1), None)
     decision = decide(head, None, parsed_record, KEY, now=NOW, written_at=NOW)  # type: ignore[arg-type]
     assert decision.outcome.kind == "written"
-    assert decision.head._replace(chain=None) == SessionHead(0, 6, NOW, None)
+    assert decision.head._replace(chain=None) == SessionHead(
+        0, 6, NOW, None, chain_from=5, live_from=1)
     assert decision.seen == Seen(NOW, decision.seen.fingerprint)  # type: ignore[union-attr]
 
 

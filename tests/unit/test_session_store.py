@@ -206,9 +206,9 @@ def test_a_format_1_record_is_migrated_when_its_session_is_next_decided() -> Non
     writes = w.commit()
     assert w.store.migrated == 1
     # a session written before the chain: its chain starts at its next entry, from the root
-    # of its epoch (its older entries stay unchained)
+    # of its epoch (its older entries stay unchained; never erased, they all may be live)
     assert step.decided.chain == link(root(KEY, 2), step.decided.entry_json or b"")
-    head = SessionHead(2, 8, T, T - DAY, chain=step.decided.chain)
+    head = SessionHead(2, 8, T, T - DAY, chain=step.decided.chain, chain_from=7, live_from=1)
     seen = Seen(T, UNKNOWN_FINGERPRINT).to_bytes()
     assert step.seen is not None
     assert writes == [

@@ -230,13 +230,54 @@ def test_verify_counts_rows_written_before_the_chain(tmp_path, capsys):
 
 
 def test_verify_finds_a_header_that_was_dropped_after_chained_entries(tmp_path, capsys):
-    """A header given twice or not ASCII is stored as NULL: after chained entries, a finding."""
     records = chained(SK, range(1, 4))
-    seq, v, h = records[1]
-    records[1] = (seq, v, h + h)
+    records[1] = (records[1][0], records[1][1], [])
     path = sink_db(tmp_path, records)
     assert main(["show", SK, "--db", path, "--verify"]) == 1
     assert "chain: seq 2: no chain header after chained entries" in capsys.readouterr().out
+
+
+AFTER = "2026-12-03T10:00:00Z"  # after the chain began (CHAIN_SINCE): a worker chained it
+
+
+@pytest.mark.parametrize("odd", [
+    lambda h: h + h,  # twice
+    lambda h: [("chain", None)],  # a null value
+    lambda h: [("chain", h[0][1][:63] + "é".encode())],  # not ASCII
+])
+def test_verify_finds_every_header_doubled_or_odd_from_the_database_and_the_topic(
+        tmp_path, monkeypatch, capsys, odd):
+    """Every header doubled (or null, or not ASCII) was stored as none: "verified 0 entries
+    (3 written before the chain)", exit 0, while `audit` reported the same records. One rule
+    now (transcript_connector.chain.header_text): each is a finding, from both sources."""
+    records = [(seq, v, odd(h)) for seq, v, h in chained(SK, range(1, 4))]
+    path = sink_db(tmp_path, records)
+    assert main(["show", SK, "--db", path, "--verify"]) == 1
+    db_lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("chain:")]
+    assert db_lines == [f"chain: seq {s}: the chain header is empty, repeated, null or not ASCII"
+                        for s in (1, 2, 3)]
+    fake_topic(monkeypatch, [Record(key(seq, SK), v, h) for seq, v, h in records])
+    assert main(["show", SK, "--verify"]) == 1
+    assert [x for x in capsys.readouterr().out.splitlines() if x.startswith("chain:")] == db_lines
+
+
+def test_verify_finds_every_header_stripped_from_entries_written_after_the_chain_began(
+        tmp_path, monkeypatch, capsys):
+    """A writer of the topic strips every header: the session read as written before the chain
+    ("verified 0 entries (3 written before the chain)", exit 0). An entry written at or after
+    CHAIN_SINCE (by its written_at) should be chained: each is a finding, exit 1."""
+    records = [(seq, v, []) for seq, v, _ in chained(SK, range(1, 4), written_at=AFTER)]
+    path = sink_db(tmp_path, records)
+    assert main(["show", SK, "--db", path, "--verify"]) == 1
+    out = capsys.readouterr().out
+    assert "verified" not in out
+    found = [x for x in out.splitlines() if x.startswith("chain:")]
+    assert found == [f"chain: seq {s}: no chain header, and written_at is not before "
+                     "2026-12-02T00:00:00Z, when the chain began: the header was stripped (or a "
+                     "worker before 1.2 wrote the entry)" for s in (1, 2, 3)]
+    fake_topic(monkeypatch, [Record(key(seq, SK), v, h) for seq, v, h in records])
+    assert main(["show", SK, "--verify"]) == 1
+    assert [x for x in capsys.readouterr().out.splitlines() if x.startswith("chain:")] == found
 
 
 def test_verify_with_json_keeps_stdout_json_lines(tmp_path, capsys):

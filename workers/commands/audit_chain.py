@@ -14,8 +14,12 @@ finding naming session and seq, at any age. The check itself is
   the answer kept; from any other, no (SHA-256 collisions aside). The worker writes a
   session's entries in seq order, so an honest predecessor is always read first.
 - **The state**: the worker's head of each session, the latest `["h",<session>]` of the
-  state changelog (its last chain and next seq), and the heads of the checkpoint the audit
-  started from: its chain at its next seq - 1 must still be there, unless erased since.
+  state changelog (its last chain and next seq, where its chain starts and the lowest seq that
+  may be live: an unchained entry from `chain_from` on, or any entry below `live_from`, is a
+  finding), and the heads of the checkpoint the audit started from: its chain at its next
+  seq - 1 must still be there, unless erased since.
+- **Headers** are read by the one rule of `transcript_connector.chain.header_text`, the sink's
+  and `show`'s: a record with two, a null or a non-ASCII one is a finding there too.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ from transcript_connector.chain import (
     CHAIN_HEADER,
     Checked,
     Head,
-    epoch_of,
+    header_text,
     link,
     parse_chain,
+    read_entry,
     root,
     verify_checked,
 )
@@ -46,10 +51,11 @@ class _Read(NamedTuple):
     session: str
     seq: int
     epoch: int | str
-    header: bytes | None
+    header: str | None  # by the one rule (transcript_connector.chain.header_text)
     chain: bytes | None  # the header's 32 bytes (None: absent or not 64 lowercase hex digits)
     checked_from: bytes  # the previous chain it was checked against
     chains: bool  # whether its chain follows from `checked_from`
+    written_at: int | None  # the value's written_at, seconds since 1970 UTC
 
 
 class ChainCheck:
@@ -68,15 +74,15 @@ class ChainCheck:
             self.latest[key] = None
             return
         session, seq = at
-        header = _header(headers)
-        epoch = epoch_of(value, session, seq)
+        header = header_text(v for name, v in headers or () if name == CHAIN_HEADER)
+        epoch, written = read_entry(value, session, seq)
         before = self.latest.get(entry_key(session, seq - 1)) if seq > 1 else None
         previous = None if before is None else before.chain
         if previous is None:  # no chained predecessor: this entry starts the chain
             previous = root(session, epoch) if isinstance(epoch, int) else b""
         chain = parse_chain(header)
         self.latest[key] = _Read(session, seq, epoch, header, chain, previous,
-                                 chain is not None and link(previous, value) == chain)
+                                 chain is not None and link(previous, value) == chain, written)
 
     def live(self) -> dict[bytes, _Read]:
         return {k: r for k, r in self.latest.items() if r is not None}
@@ -91,7 +97,7 @@ class ChainCheck:
         for r in live.values():
             sessions.setdefault(r.session, []).append(Checked(
                 r.seq, r.epoch, r.header,
-                lambda previous, r=r: r.chains and previous == r.checked_from))
+                lambda previous, r=r: r.chains and previous == r.checked_from, r.written_at))
         chained = any(r.header is not None for r in live.values())
         if chained and not heads:  # None: no changelog; empty: none of this partition's heads
             yield ("the state changelog holds no session head of this partition (is "
@@ -106,7 +112,8 @@ class ChainCheck:
             elif heads is not None and head is None and any(
                     e.chain is not None for e in sessions.get(session, ())):
                 yield f"{session}: chained entries and no head in the state"
-            state = Head(head.next_seq, head.chain) if isinstance(head, SessionHead) else None
+            state = Head(head.next_seq, head.chain, head.chain_from, head.live_from) \
+                if isinstance(head, SessionHead) else None
             for finding in verify_checked(session, sessions.get(session, ()), state).findings:
                 yield f"{session} {finding}"
         for session, head in sorted(anchors.items()):
@@ -143,8 +150,3 @@ def state_heads(records: Iterable[tuple[bytes | None, bytes | None]]
             out[session] = str(exc)
     return out
 
-
-def _header(headers: Iterable[tuple[str, bytes]] | None) -> bytes | None:
-    """The record's `chain` header; b"" (no chain: a finding) when it is given twice or empty."""
-    found = [value for name, value in headers or () if name == CHAIN_HEADER]
-    return None if not found else found[0] or b"" if len(found) == 1 else b""

@@ -39,16 +39,20 @@ alone (each row's `entry_json`, encoded UTF-8, is the value the chain covers; it
 column the header); from the topic, over compaction's view (each key's latest value with its
 `chain` header), where a live value the sink would skip is verified too (a finding) while the
 database simply lacks it (a gap, found at the next entry). Entries written before the chain
-(no header, before any chained entry) are counted, not checked: a sink database of format 1 or
-2 has only such rows. It finds an entry changed, removed, inserted or moved before the
-session's last chained entry. It cannot find a cut-off end (the last entries removed) or
-forgeries appended after the last entry: there is no head to compare with here. Those need
-`transcript-owner audit`, which checks the worker's state. After the transcript it prints
-`chain: verified N entries (M written before the chain)`, or one `chain: seq S: problem` line
-per finding (to stderr with `--json`, so stdout stays JSON lines); exit 0 clean, 1 on any
-finding, 2 when it cannot verify (no sink database at PATH, one the sink did not make or newer,
-one still reading its partitions again after the migration to format 3). A bound read is
-verified the same way, over what it returned.
+(no header, before any chained entry, and a `written_at` before the chain began:
+`transcript_connector.chain.CHAIN_SINCE`) are counted, not checked: a sink database of format 1
+or 2 has only such rows. An entry without a header written at or after it is a finding (its
+header was stripped), as is a header given twice, null or not ASCII (the sink stores it as an
+empty chain, the same rule as `audit`'s). It finds an entry changed, removed, inserted or moved
+before the session's last chained entry, and headers stripped since the chain began: corruption,
+not a writer of the topic, who can change entries and chain them again (the hash has no key),
+cut off the end, append forgeries, or date an unchained entry before the chain. Those need
+`transcript-owner audit`, which checks the worker's head: the tamper check. After the
+transcript it prints `chain: verified N entries (M written before the chain)`, or one
+`chain: seq S: problem` line per finding (to stderr with `--json`, so stdout stays JSON lines);
+exit 0 clean, 1 on any finding, 2 when it cannot verify (no sink database at PATH, one the sink
+did not make or newer, one still reading its partitions again after the migration to format 3).
+A bound read is verified the same way, over what it returned.
 
 Exit codes: 0 shown, 1 a chain finding (`--verify`), 2 cannot read (a malformed `--at`, no such
 database, a repartition in progress, Kafka refused: one line naming it), 3 a stale read.
@@ -144,9 +148,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--verify", action="store_true",
         help="check the session's hash chain over what was read (with --db: the database "
              "alone): exit 1 on an entry changed, removed, inserted or moved before the last "
-             "chained one, naming its seq (to stderr with --json). It cannot see a cut-off "
-             "end or forgeries appended after the last entry: `transcript-owner audit` "
-             "checks those against the worker's state")
+             "chained one, or one without a chain written since the chain began, naming its "
+             "seq (to stderr with --json). It finds corruption, not a writer of the topic "
+             "(who can chain changed entries again, cut off the end or append): "
+             "`transcript-owner audit` checks those against the worker's state")
 
 
 class Shown(NamedTuple):

@@ -138,7 +138,8 @@ def _reset(head: SessionHead, record: SessionReset, key: str, now: datetime) -> 
         last = None  # stored before resets were clamped (format 1): it proves nothing
     if last is not None and at <= last:
         return Decision(head, None, Outcome("duplicate", key, None))
-    new = SessionHead(head.epoch + 1, head.next_seq, head.clock, at, head.erased_at, head.chain)
+    new = SessionHead(head.epoch + 1, head.next_seq, head.clock, at, head.erased_at, head.chain,
+                      head.chain_from, head.live_from)
     return Decision(new, None, Outcome("reset", key, None, diagnostics=diags))
 
 
@@ -156,12 +157,15 @@ def _erase(head: SessionHead, record: SessionErase, key: str, now: datetime) -> 
     Every erase erases (a second one tombstones the same keys again: harmless); an erase
     dated ahead of the worker's clock counts as made now, and `erased_at` never moves back.
     The erasure ends the session's chain (the head keeps none): the next entry starts at the
-    root of the new epoch, so nothing derived from the erased text survives.
+    root of the new epoch, so nothing derived from the erased text survives. The head records
+    that the next chain starts at `next_seq` and that every seq below it was erased, so an
+    erased entry put back (chained or not) is a finding against the head.
     """
     at = now if skewed(record.erased_at, now) else record.erased_at
     if head.erased_at is not None and head.erased_at > at:
         at = head.erased_at
-    new = SessionHead(head.epoch + 1, head.next_seq, head.clock, head.last_reset_at, at, None)
+    new = SessionHead(head.epoch + 1, head.next_seq, head.clock, head.last_reset_at, at, None,
+                      head.next_seq, head.next_seq)
     erasure = SessionErasure.model_validate({
         "schema": "session-erasure/1", "session_key": key, "erased_at": at,
         "reason": record.reason, "epoch": new.epoch, "through_seq": head.next_seq - 1,
@@ -262,8 +266,13 @@ def _confirmation(
     # chained to the session's last one (DESIGN 1.2, "Tamper evidence").
     entry = _entry(head, record, key, written_at)
     chain = chained(head, key, entry)
+    chain_from, live_from = head.chain_from, head.live_from
+    if head.chain is None and chain is not None:  # this entry starts the session's chain
+        chain_from = head.next_seq
+        if head.chain_from is None:  # not set by an erasure (which sets live_from too)
+            live_from = 1 if head.erased_at is None else None  # erased before heads recorded it
     new = SessionHead(head.epoch, head.next_seq + 1, clock, head.last_reset_at, head.erased_at,
-                      chain)
+                      chain, chain_from, live_from)
     diags = _write_diagnostics(record, key, job_key if job and job.mode == "in_chat" else None)
     if ahead:
         diags += (_skew_diagnostic(key, send_id, at, now),)
@@ -281,7 +290,7 @@ def chained(head: SessionHead, key: str, entry: bytes) -> bytes | None:
 
 def _with_clock(head: SessionHead, clock: datetime) -> SessionHead:
     return SessionHead(head.epoch, head.next_seq, clock, head.last_reset_at, head.erased_at,
-                       head.chain)
+                       head.chain, head.chain_from, head.live_from)
 
 
 def _skew_diagnostic(key: str, send_id: str | None, at: datetime, now: datetime) -> Diagnostic:

@@ -66,12 +66,23 @@ class SessionHead(NamedTuple):
     # starts a chain at the root of its epoch (a new session, an erased one, or one whose
     # entries were written before the chain: it has none until its next entry)
     chain: bytes | None = None
+    # the seq the session's chain starts at: set by the entry that starts it, and by an
+    # erasure (the seq the next chain starts at); an entry at or after it without a chain is
+    # a finding. None: not known (a head written before heads recorded it, or no chain yet)
+    chain_from: int | None = None
+    # the lowest seq that may be live: every seq below it was erased (an entry there is a
+    # finding), and one from here to `chain_from` without a chain was written before the
+    # chain. 1 for a session never erased; None: not known (erased before heads recorded it)
+    live_from: int | None = None
 
     def to_bytes(self) -> bytes:
-        # `erased_at` and `chain` only when set: a head written before either keeps its bytes
+        # `erased_at`, `chain`, `chain_from` and `live_from` only when set: a head written
+        # before any of them keeps its bytes
         erased = b"" if self.erased_at is None else b',"erased_at":%d' % micros(self.erased_at)
         chain = b"" if self.chain is None else b',"chain":"%b"' % self.chain.hex().encode()
-        return b'{"v":%d,"epoch":%d,"next_seq":%d,"clock":%b,"last_reset_at":%b%b%b}' % (
+        start = b"" if self.chain_from is None else b',"chain_from":%d' % self.chain_from
+        live = b"" if self.live_from is None else b',"live_from":%d' % self.live_from
+        return b'{"v":%d,"epoch":%d,"next_seq":%d,"clock":%b,"last_reset_at":%b%b%b%b%b}' % (
             _HEAD_FORMAT,
             self.epoch,
             self.next_seq,
@@ -79,6 +90,8 @@ class SessionHead(NamedTuple):
             _json_micros(self.last_reset_at),
             erased,
             chain,
+            start,
+            live,
         )
 
     @classmethod
@@ -93,6 +106,8 @@ class SessionHead(NamedTuple):
             last_reset_at=_time(doc.get("last_reset_at"), "last_reset_at"),
             erased_at=_time(doc.get("erased_at"), "erased_at"),
             chain=_chain(doc.get("chain")),
+            chain_from=_seq(doc.get("chain_from"), "chain_from"),
+            live_from=_seq(doc.get("live_from"), "live_from"),
         )
 
 
@@ -208,6 +223,11 @@ def _count(value: object, least: int, field: str) -> int:
     if type(value) is not int or value < least:
         raise UnreadableState(f"{field}: not an integer >= {least}")
     return value
+
+
+def _seq(value: object, field: str) -> int | None:
+    """A seq the head may hold (absent: None, not known)."""
+    return None if value is None else _count(value, 1, field)
 
 
 def _time(value: object, field: str) -> datetime | None:

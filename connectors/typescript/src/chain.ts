@@ -9,15 +9,26 @@
  *
  * `verifySession` checks one session from its live entries alone (the compacted topic, a sink's
  * `chain` column) and, given the worker's head for the session, that none was removed from or
- * added at the end. It reads each value as Python's verifier does: JSON in UTF-8 (no BOM, no
- * NaN), whose `session_key` and `seq` are the key's and whose `epoch` is a whole number, an
- * integer literal (`2.0` is not 2, `true` is not 1; an epoch past 2**53 keeps every digit).
+ * added at the end, and where its chain starts. It reads each value as Python's verifier does:
+ * JSON in UTF-8 (no BOM, no NaN), whose `session_key` and `seq` are the key's and whose `epoch`
+ * is a whole number, an integer literal (`2.0` is not 2, `true` is not 1; an epoch past 2**53
+ * keeps every digit). Entries alone find corruption, not a writer of the topic; the head is the
+ * tamper check (docs/audit-and-erasure.md).
+ *
+ * A record's `chain` headers are read by one rule (`headerText`). An entry without one is
+ * "written before the chain" only where the chain had not begun: before any chained entry of
+ * the session and, with the worker's head, below the seq its chain starts at
+ * (`ChainHead.chainFrom`), else by its `written_at`, before `CHAIN_SINCE`.
  */
 
 import { createHash } from "node:crypto";
 
 export const CHAIN_HEADER = "chain";
 const ROOT_PREFIX = "transcript-chain/1\n";
+/** When the chain began (1.2): no worker wrote a chain before it. An entry without a `chain` header
+ * whose `written_at` is at or after it should have one, unless the worker's head says where its
+ * chain starts. */
+export const CHAIN_SINCE = new Date("2026-12-02T00:00:00Z");
 
 /** One live entry of a session: its seq (from its key), value bytes and `chain` header (null: none). */
 export interface ChainEntry {
@@ -27,10 +38,16 @@ export interface ChainEntry {
 }
 
 /** What the worker's state holds of the session: its next seq and last chain (null: no entry
- * chained since the chain began or was ended by an erasure). */
+ * chained since the chain began or was ended by an erasure); the seq its chain starts (or, after
+ * an erasure, will start) at: an entry there or after without a chain is a finding; and the
+ * lowest seq that may be live: every one below it was erased, so an entry there is a finding, and
+ * one between it and `chainFrom` without a chain was written before the chain. Either null or
+ * absent: not known (a head written before it recorded them). */
 export interface ChainHead {
   nextSeq: number;
   chain: Uint8Array | null;
+  chainFrom?: number | null;
+  liveFrom?: number | null;
 }
 
 export interface ChainFinding {
@@ -64,6 +81,23 @@ export function chainLink(previous: Uint8Array, value: Uint8Array): Buffer {
   return createHash("sha256").update(previous).update(value).digest();
 }
 
+/**
+ * The one rule for a record's `chain` header, given the value of each header of that name the
+ * record carries: null when there is none (the entry has no chain: written before it, or
+ * stripped); the text of the one value when there is exactly one, bytes or text, all ASCII
+ * (whether it is 64 lowercase hex digits is checked by verification); else "" (more than one, a
+ * null value, one that is not ASCII: never a chain, and a finding wherever it is).
+ */
+export function headerText(values: readonly unknown[]): string | null {
+  if (values.length === 0) return null;
+  const one = values.length === 1 ? values[0] : null;
+  if (one instanceof Uint8Array) {
+    for (const b of one) if (b > 0x7f) return "";
+    return Buffer.from(one).toString("latin1");
+  }
+  return typeof one === "string" && /^[\x00-\x7f]*$/.test(one) ? one : "";
+}
+
 /** A `chain` header's 32 bytes; null when it is not 64 lowercase hex digits. */
 export function parseChain(header: string | Uint8Array | null | undefined): Buffer | null {
   if (header == null || header.length !== 64) return null;
@@ -73,11 +107,17 @@ export function parseChain(header: string | Uint8Array | null | undefined): Buff
 
 /**
  * Check the chain over a session's live entries (any order; one per seq). Each entry must chain
- * from the previous live one, or from the root of its epoch where the chain starts; with `head`,
- * the last chained entry must be seq `head.nextSeq - 1` holding `head.chain`. Each problem is a
- * finding naming the seq where it shows.
+ * from the previous live one, or from the root of its epoch where the chain starts; an entry
+ * without a chain must be one written before the chain began (`unchainedProblem`, with
+ * `chainedSince` for `CHAIN_SINCE`); with `head`, the last chained entry must be seq
+ * `head.nextSeq - 1` holding `head.chain`, and no entry may be below `head.liveFrom`. Each problem
+ * is a finding naming the seq where it shows.
  */
-export function verifySession(sessionKey: string, entries: Iterable<ChainEntry>, head?: ChainHead | null): VerifiedSession {
+export function verifySession(sessionKey: string, entries: Iterable<ChainEntry>, head?: ChainHead | null,
+  chainedSince: Date = CHAIN_SINCE): VerifiedSession {
+  const since = Math.floor(chainedSince.getTime() / 1000);
+  if (!Number.isSafeInteger(since)) throw new RangeError("chainedSince must be a valid date");
+  const liveFrom = head?.liveFrom ?? null;
   const findings: ChainFinding[] = [];
   let previous: Buffer | null = null; // the last chained entry's chain (null: the chain starts)
   let unknown = false; // the last entry's chain cannot be read (reported): no link to check
@@ -90,15 +130,24 @@ export function verifySession(sessionKey: string, entries: Iterable<ChainEntry>,
     if (!Number.isSafeInteger(seq)) throw new RangeError(`seq must be an integer, got ${seq}`);
   }
   for (const { seq, value, chain: header } of sorted) {
+    if (liveFrom !== null && seq < liveFrom) { // not part of the session any more
+      findings.push({ seq, problem: `the worker's state erased every seq below ${liveFrom}: this entry was put back` });
+      continue;
+    }
     const chain = header == null ? null : parseChain(header);
-    const epoch = epochOf(value, sessionKey, seq);
+    const { epoch, written } = readEntry(value, sessionKey, seq);
     let problem = typeof epoch === "string" ? epoch : null;
-    if (header == null && previous === null && !unknown) {
-      unchained += 1; // written before the chain began
-    } else if (header == null) {
-      problem = "no chain header after chained entries: the entry was rewritten";
+    let stripped: string | null = null; // why an entry without a chain should have one
+    if (header == null) {
+      if (previous === null) stripped = unchainedProblem(seq, written, head ?? null, since);
+      if (previous === null && !unknown && stripped === null) {
+        unchained += 1; // written before the chain began
+      } else {
+        problem = stripped ?? "no chain header after chained entries: the entry was rewritten";
+      }
     } else if (chain === null) {
-      problem = "the chain header is not 64 lowercase hex digits";
+      problem = header.length > 0 ? "the chain header is not 64 lowercase hex digits"
+        : "the chain header is empty, repeated, null or not ASCII";
     } else {
       chained += 1;
     }
@@ -113,7 +162,7 @@ export function verifySession(sessionKey: string, entries: Iterable<ChainEntry>,
       }
     }
     if (problem !== null) findings.push({ seq, problem });
-    if (header != null || previous !== null || unknown) {
+    if (header != null || previous !== null || unknown || stripped !== null) {
       unknown = chain === null;
       if (chain !== null) {
         previous = chain;
@@ -124,6 +173,29 @@ export function verifySession(sessionKey: string, entries: Iterable<ChainEntry>,
   }
   if (head != null) findings.push(...againstHead(head, previous, chainedSeq));
   return { findings, chained, unchained, ok: findings.length === 0 };
+}
+
+/**
+ * Why an entry without a chain, before any chained entry of its session, should have one (null:
+ * it was written before the chain began). With the worker's head that knows where its chain
+ * starts, the head decides: from `chainFrom` on, every entry is chained; below it (and at or above
+ * `liveFrom`, checked before) entries were written before the chain. Otherwise the entry's
+ * `written_at` decides: before `since` (seconds since 1970 UTC: CHAIN_SINCE) no worker chained; at
+ * or after it, or when no `written_at` reads, the entry should be chained.
+ */
+function unchainedProblem(seq: number, written: number | null, head: ChainHead | null, since: number): string | null {
+  const chainFrom = head?.chainFrom ?? null;
+  if (chainFrom !== null) {
+    if (seq >= chainFrom) {
+      return `no chain header at or after seq ${chainFrom}, where the worker's state says the chain starts: `
+        + "the header was stripped";
+    }
+    if ((head?.liveFrom ?? null) !== null) return null;
+  }
+  if (written !== null && written < since) return null;
+  const stamp = `${new Date(since * 1000).toISOString().slice(0, 19)}Z`;
+  return `no chain header, and written_at is not before ${stamp}, when the chain began: `
+    + "the header was stripped (or a worker before 1.2 wrote the entry)";
 }
 
 /** The last chained entry against the worker's head for the session. */
@@ -152,23 +224,51 @@ function againstHead(head: ChainHead, last: Buffer | null, lastSeq: number): Cha
   return [];
 }
 
-/** The entry's epoch, or what is wrong with the value (a finding). */
-function epochOf(value: Uint8Array, sessionKey: string, seq: number): bigint | string {
+/** The entry's epoch (or what is wrong with the value: a finding) and its `written_at`
+ * (`writtenSeconds`; null: none that reads). */
+function readEntry(value: Uint8Array, sessionKey: string, seq: number): { epoch: bigint | string; written: number | null } {
   let doc: Map<string, Member> | null;
   try {
     doc = readObject(utf8.decode(value));
   } catch (e) {
-    if (e instanceof NotJson || e instanceof TypeError) return "the value is not JSON"; // TypeError: not UTF-8
+    // TypeError: not UTF-8
+    if (e instanceof NotJson || e instanceof TypeError) return { epoch: "the value is not JSON", written: null };
     throw e;
   }
-  if (doc === null) return "the value is not a transcript entry";
+  if (doc === null) return { epoch: "the value is not a transcript entry", written: null };
+  const written = writtenSeconds(doc.get("written_at"));
   const named = doc.get("seq");
   if (doc.get("session_key") !== sessionKey || typeof named !== "bigint" || named !== BigInt(seq)) {
-    return "the value names another session or seq than its key";
+    return { epoch: "the value names another session or seq than its key", written };
   }
   const epoch = doc.get("epoch");
-  if (typeof epoch !== "bigint" || epoch < 0n) return "the value's epoch is not a whole number";
-  return epoch;
+  if (typeof epoch !== "bigint" || epoch < 0n) return { epoch: "the value's epoch is not a whole number", written };
+  return { epoch, written };
+}
+
+const WRITTEN_AT = /^([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.[0-9]+)?(?:[Zz]|([+-])([0-9]{2}):([0-9]{2}))$/;
+
+/**
+ * An entry's `written_at` (RFC 3339 as the entry schema's pattern has it: a `T`, `t` or space
+ * between date and time, any fraction, `Z`, `z` or an offset) in whole seconds since 1970 UTC, the
+ * fraction dropped; null for anything else. Plain arithmetic on the fields, as Python's
+ * `written_seconds`: the same number for any text of that form.
+ */
+export function writtenSeconds(text: unknown): number | null {
+  const m = typeof text === "string" ? WRITTEN_AT.exec(text) : null;
+  if (m === null) return null;
+  const [y, mo, d, h, mi, s] = m.slice(1, 7).map(Number) as [number, number, number, number, number, number];
+  const offset = m[7] === undefined ? 0 : (Number(m[8]) * 60 + Number(m[9])) * (m[7] === "+" ? 1 : -1);
+  return days(y, mo, d) * 86400 + h * 3600 + (mi - offset) * 60 + s;
+}
+
+/** Days from 1970-01-01 to the proleptic Gregorian date y-m-d (H. Hinnant's days_from_civil). */
+function days(year: number, m: number, d: number): number {
+  const y = m <= 2 ? year - 1 : year;
+  const era = Math.floor(y / 400);
+  const yoe = y - era * 400;
+  const doy = Math.floor((153 * (m + (m > 2 ? -3 : 9)) + 2) / 5) + d - 1;
+  return era * 146097 + yoe * 365 + Math.floor(yoe / 4) - Math.floor(yoe / 100) + doy - 719468;
 }
 
 // JSON as Python's json.loads reads a str (RFC 8259, nothing more): UTF-8 with no BOM (kept by

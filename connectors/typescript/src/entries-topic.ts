@@ -19,7 +19,7 @@
  * I/O: the readers are shells around `classify`.
  */
 
-import { CHAIN_HEADER } from "./chain.js";
+import { CHAIN_HEADER, headerText } from "./chain.js";
 import { duplicatePath, type JsonNode, member, NotJsonError, parseJson } from "./json-text.js";
 import { timestampMicros } from "./timestamps.js";
 
@@ -140,19 +140,18 @@ export interface SkippedRecord {
 export type Classified = EntryRecord | ErasedRecord | PositionRecord | SkippedRecord;
 
 /** Record headers as kafkajs gives them (a repeated header is an array). */
-export type RecordHeaders = Record<string, Buffer | string | (Buffer | string)[] | undefined>;
+export type RecordHeaders = Record<string, Buffer | string | null | (Buffer | string | null)[] | undefined>;
 
 /**
- * The text of a record's `chain` header, as the record carries it: null when the record has
- * none, more than one, or one that is not ASCII (what it should hold is checked by
- * verification, which then reports the entry). Never throws.
+ * The text of a record's `chain` header, by the one rule of `headerText` (chain.ts): null when the
+ * record has none; "" when it has more than one, or one whose value is null or not ASCII (never a
+ * chain: verification reports it); else its text (what it should hold is checked by
+ * verification). Never throws.
  */
 export function chainHeader(headers: RecordHeaders | null | undefined): string | null {
-  const found = headers?.[CHAIN_HEADER];
-  if (found === undefined || Array.isArray(found)) return null;
-  if (typeof found === "string") return /^[\x00-\x7f]*$/.test(found) ? found : null;
-  for (const b of found) if (b > 0x7f) return null;
-  return found.toString("latin1");
+  const found: unknown = headers?.[CHAIN_HEADER];
+  if (found === undefined) return null;
+  return headerText(Array.isArray(found) ? found : [found]);
 }
 
 /**

@@ -76,14 +76,17 @@ export {
 export { isPySpace, PY_UNICODE_VERSION, pyLower, pyRepr, pyStrip } from "./pyunicode.js";
 export {
   CHAIN_HEADER,
+  CHAIN_SINCE,
   type ChainEntry,
   type ChainFinding,
   type ChainHead,
   chainLink,
   chainRoot,
+  headerText,
   parseChain,
   type VerifiedSession,
   verifySession,
+  writtenSeconds,
 } from "./chain.js";
 export {
   chainHeader,

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
-from transcript_connector.chain import CHAIN_HEADER
+from transcript_connector.chain import CHAIN_HEADER, header_text
 from transcript_connector.parse import duplicate_member
 from transcript_connector.records import InputPosition, TranscriptEntry
 
@@ -138,21 +138,16 @@ def parse_key(key: bytes | None) -> tuple[str, int] | Skip:
 
 
 def chain_header(headers: Any) -> str | None:
-    """The text of a record's `chain` header (DESIGN 1.2, "Tamper evidence"), as the record
-    carries it: None when the record has none, more than one, or one whose value is not ASCII
-    (what it should hold is checked by verification, which then reports the entry). `headers`
-    as the Kafka client gives them, (name, value) pairs; anything else is no header (never
-    raises)."""
+    """The text of a record's `chain` header (DESIGN 1.2, "Tamper evidence"), by the one rule
+    of `transcript_connector.chain.header_text`: None when the record has none; "" when it has
+    more than one, or one whose value is null or not ASCII (never a chain: verification reports
+    it); else its text (what it should hold is checked by verification). `headers` as the Kafka
+    client gives them, (name, value) pairs; anything else is no header (never raises)."""
     try:
         found = [v for k, v in headers or () if k in (CHAIN_HEADER, _CHAIN_HEADER_BYTES)]
     except Exception:  # noqa: BLE001  (not pairs: a record must never stop a reader)
         return None
-    if len(found) != 1 or not isinstance(found[0], bytes | bytearray):
-        return None
-    try:
-        return bytes(found[0]).decode("ascii")
-    except UnicodeDecodeError:
-        return None
+    return header_text(found)
 
 
 def decode_position(p: int, value: bytes | None, partition: int | None = None,

@@ -7,12 +7,16 @@ import { describe, test } from "node:test";
 
 import {
   CHAIN_HEADER,
+  CHAIN_SINCE,
   type ChainEntry,
   type ChainHead,
+  chainHeader,
   chainLink,
   chainRoot,
+  headerText,
   parseChain,
   verifySession,
+  writtenSeconds,
 } from "@transcript-owner/connector";
 
 import { REPO_ROOT } from "../helpers.js";
@@ -22,7 +26,8 @@ interface SessionVector {
   session_key: string;
   entries: [number, string, string | null][];
   hex?: true;
-  head: { next_seq: number; chain: string | null } | null;
+  head: { next_seq: number; chain: string | null; chain_from: number | null; live_from: number | null } | null;
+  chained_since?: string;
   finding_seqs: number[];
   problems: string[];
   chained: number;
@@ -32,6 +37,7 @@ interface ChainVectors {
   roots: { session_key: string; epoch: number; root: string }[];
   links: { previous: string; value: string; chain: string }[];
   sessions: SessionVector[];
+  headers: { name: string; values: (string | null)[]; text: string | null }[];
 }
 
 const VECTORS_FILE = process.env.CHAIN_VECTORS ?? `${REPO_ROOT}schemas/vectors/chain.json`;
@@ -41,7 +47,11 @@ const K = "agent:main:telegram:direct:42";
 const entriesOf = (v: SessionVector): ChainEntry[] =>
   v.entries.map(([seq, value, chain]) => ({ seq, value: Buffer.from(value, v.hex ? "hex" : "utf8"), chain }));
 const headOf = (v: SessionVector): ChainHead | null =>
-  v.head && { nextSeq: v.head.next_seq, chain: v.head.chain === null ? null : Buffer.from(v.head.chain, "hex") };
+  v.head && {
+    nextSeq: v.head.next_seq, chain: v.head.chain === null ? null : Buffer.from(v.head.chain, "hex"),
+    chainFrom: v.head.chain_from, liveFrom: v.head.live_from,
+  };
+const sinceOf = (v: SessionVector): Date => (v.chained_since === undefined ? CHAIN_SINCE : new Date(v.chained_since));
 
 /** A session written honestly from the root of epoch 0: seqs 1..n. */
 function honest(n: number): ChainEntry[] {
@@ -82,14 +92,42 @@ test("chainLink: every vector", () => {
 describe("verifySession: every vector", () => {
   for (const v of vectors.sessions) {
     test(v.name, () => {
-      const got = verifySession(v.session_key, entriesOf(v), headOf(v));
+      const got = verifySession(v.session_key, entriesOf(v), headOf(v), sinceOf(v));
       assert.deepEqual(got.findings.map((f) => f.seq), v.finding_seqs);
       assert.deepEqual(got.findings.map((f) => f.problem), v.problems);
       assert.deepEqual([got.chained, got.unchained, got.ok], [v.chained, v.unchained, v.finding_seqs.length === 0]);
       // the headers as a Kafka client hands them over (bytes), the entries in another order
       const asBytes = entriesOf(v).reverse().map((e) => ({ ...e, chain: e.chain == null ? null : Buffer.from(e.chain as string, "latin1") }));
-      assert.deepEqual(verifySession(v.session_key, asBytes, headOf(v)), got);
+      assert.deepEqual(verifySession(v.session_key, asBytes, headOf(v), sinceOf(v)), got);
+      if (v.head !== null && v.head.chain_from === null && v.head.live_from === null) {
+        // a head without them, as one written before heads recorded them
+        const { chainFrom: _f, liveFrom: _l, ...old } = headOf(v)!;
+        assert.deepEqual(verifySession(v.session_key, entriesOf(v), old, sinceOf(v)), got);
+      }
     });
+  }
+});
+
+describe("headerText and chainHeader: every vector", () => {
+  for (const v of vectors.headers) {
+    test(v.name, () => {
+      const values = v.values.map((x) => (x === null ? null : Buffer.from(x, "hex")));
+      assert.equal(headerText(values), v.text);
+      // as kafkajs gives them: one value as such, a repeated header as an array
+      const given = values.length === 0 ? {} : { chain: values.length === 1 ? values[0]! : values, other: Buffer.from("x") };
+      assert.equal(chainHeader(given), v.text);
+    });
+  }
+});
+
+test("the chain began on CHAIN_SINCE; written_at is read to the second in any offset", () => {
+  assert.equal(CHAIN_SINCE.toISOString(), "2026-12-02T00:00:00.000Z");
+  const since = CHAIN_SINCE.getTime() / 1000;
+  for (const text of ["2026-12-02T00:00:00.999+00:00", "2026-12-01t19:00:00-05:00", "2026-12-02 05:30:00+05:30", "2026-12-02T00:00:00z"]) {
+    assert.equal(writtenSeconds(text), since, text);
+  }
+  for (const text of ["2026-12-02T00:00:00", "2026-12-02T00:00:00Z\n", "2026-12-02", null, 1, "", "２０２６-12-02T00:00:00Z"]) {
+    assert.equal(writtenSeconds(text), null, String(text));
   }
 });
 

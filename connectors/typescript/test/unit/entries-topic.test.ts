@@ -145,12 +145,14 @@ describe("by hand", () => {
     assert.deepEqual(classify("agent:a:main#0000000001", null), { kind: "erased", sessionKey: "agent:a:main", seq: 1 });
   });
 
-  test("chainHeader: one ASCII header, else none", () => {
+  test("chainHeader: none is null; one ASCII header, its text; anything else \"\" (a finding)", () => {
     assert.equal(chainHeader({ chain: Buffer.from("abc") }), "abc");
     assert.equal(chainHeader({ chain: "abc" }), "abc");
-    assert.equal(chainHeader({ chain: [Buffer.from("a"), Buffer.from("b")] }), null);
-    assert.equal(chainHeader({ chain: Buffer.from([0x61, 0xe9]) }), null);
-    assert.equal(chainHeader({ chain: "é" }), null);
+    assert.equal(chainHeader({ chain: [Buffer.from("a"), Buffer.from("b")] }), "");
+    assert.equal(chainHeader({ chain: Buffer.from([0x61, 0xe9]) }), "");
+    assert.equal(chainHeader({ chain: "é" }), "");
+    assert.equal(chainHeader({ chain: null }), "");
+    assert.equal(chainHeader({ chain: [] }), null);
     assert.equal(chainHeader({ other: "x" }), null);
     assert.equal(chainHeader(null), null);
   });
