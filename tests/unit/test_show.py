@@ -173,9 +173,11 @@ def test_verify_an_honest_session_from_the_database(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2 + 3 + 1 and "message 3" in out[4]  # the transcript, then the chain
     assert out[-1] == "chain: verified 3 entries (0 written before the chain)"
-    assert main(["show", "agent:ops:nobody", "--db", path, "--verify"]) == 0
+    # a session with no entry verified nothing: never "verified", exit 2 (issue 42, item 2)
+    assert main(["show", "agent:ops:nobody", "--db", path, "--verify"]) == 2
     assert capsys.readouterr().out.splitlines()[-1] == (
-        "chain: verified 0 entries (0 written before the chain)")
+        "chain: nothing verified: no entry of the session was read (an unknown or erased "
+        "session, or the wrong deployment)")
 
 
 def test_verify_names_the_seq_of_a_row_changed_in_the_database(tmp_path, capsys):

@@ -50,8 +50,9 @@ cut off the end, append forgeries, or date an unchained entry before the chain. 
 `transcript-owner audit`, which checks the worker's head: the tamper check. After the
 transcript it prints `chain: verified N entries (M written before the chain)`, or one
 `chain: seq S: problem` line per finding (to stderr with `--json`, so stdout stays JSON lines);
-exit 0 clean, 1 on any finding, 2 when it cannot verify (no sink database at PATH, one the sink
-did not make or newer, one still reading its partitions again after the migration to format 3).
+exit 0 clean, 1 on any finding, 2 when it cannot verify (no entry of the session read: nothing
+verified is never "verified"; no sink database at PATH, one the sink did not make or newer, one
+still reading its partitions again after the migration to format 3).
 A bound read is verified the same way, over what it returned.
 
 Exit codes: 0 shown, 1 a chain finding (`--verify`), 2 cannot read (a malformed `--at`, no such
@@ -276,9 +277,13 @@ def _cells(s: Stored) -> tuple[object, ...]:
 
 def report(session_key: str, entries: list[Stored], odd: int, out: TextIO) -> int:
     """`--verify`: the chain over `entries`, one line per finding or one line when clean, on
-    `out`; the exit code (1: a finding)."""
+    `out`; the exit code (1: a finding; 2: nothing to verify, never "verified")."""
     from transcript_connector.chain import verify_session
 
+    if not entries and not odd:
+        print("chain: nothing verified: no entry of the session was read (an unknown or "
+              "erased session, or the wrong deployment)", file=out)
+        return 2
     verified = verify_session(session_key, entries)
     for finding in verified.findings:
         print(visible(f"chain: {finding}"), file=out)
