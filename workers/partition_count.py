@@ -5,29 +5,43 @@ never published to a partition the worker does not read it from (issue 42).
 
 The input, transcript.control and transcript.entries have one count; while they differ, or
 transcript.layout holds a move not yet done, a repartition is in progress and there is no one
-count: the caller refuses, saying to complete the move first.
+count: the caller refuses, saying to complete the move first. (The input and transcript.control
+grow together, in a move's last step, so control and entries are the two asked: the operator's
+principal may describe both, not the input.)
 """
 
 from __future__ import annotations
 
 from workers.core.layout import LAYOUT, decode_layout
-from workers.core.outputs import CONFIRMATIONS, CONTROL, ENTRIES
+from workers.core.outputs import CONTROL, ENTRIES
 from workers.settings import KafkaSettings
 
 
 def current_count(ks: KafkaSettings) -> int | str:
     """The count, or why there is none now (a topic missing, a move in progress)."""
     from kafka.admin import KafkaAdminClient
+    from kafka.errors import TopicAuthorizationFailedError, for_code
 
     from workers.kafka_io import end_offsets, read
 
-    names = [ks.topic(t) for t in (CONFIRMATIONS, CONTROL, ENTRIES)]
+    # transcript.control and the input grow together, last, so control and entries tell a
+    # move in progress (the operator may describe both; not the input)
+    names = [ks.topic(t) for t in (CONTROL, ENTRIES)]
     admin = KafkaAdminClient(**ks.kafka_python_kwargs())
     try:
-        described = {t["name"]: len(t["partitions"]) for t in admin.describe_topics(names)
-                     if t.get("error_code", 0) == 0}
+        found = {t["name"]: t for t in admin.describe_topics(names)}
     finally:
         admin.close()
+    described = {}
+    for name in names:
+        topic = found.get(name) or {}
+        code = topic.get("error_code", 0)
+        if code and for_code(code) is TopicAuthorizationFailedError:
+            who = f"KAFKA_SASL_USERNAME={ks.sasl_username!r}" if ks.sasl_username else "this client"
+            return (f"TopicAuthorizationFailedError: {who} may not describe topic {name} (an "
+                    "erase is the operator's: topics.yaml's operator principal may)")
+        if not code and topic.get("partitions"):
+            described[name] = len(topic["partitions"])
     missing = [n for n in names if not described.get(n)]
     if missing:
         return f"topic {missing[0]} does not exist (transcript-owner topics apply creates it)"

@@ -9,7 +9,7 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from transcript_connector.partitioning import partition_for
 
-from tests.conftest import cli
+from tests.conftest import cli, keeping_input
 from tests.integration.harness import Collector, WorkerProcess, wait_drained
 from tests.integration.test_audit_retention import DM, truncated  # noqa: F401  (a fixture)
 from workers.core.checkpoint_format import CHECKPOINTS
@@ -19,6 +19,13 @@ from workers.scenario import steps
 from workers.settings import kafka_settings
 
 pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture
+def env(env, tmp_path):
+    """The input kept for ever, as `truncated` (test_audit_retention) deletes its oldest records
+    and checkpoints every second (tests.conftest.keeping_input)."""
+    return keeping_input(env, tmp_path)
 
 
 @pytest.fixture

@@ -199,7 +199,10 @@ def test_repo_acls_give_each_principal_what_it_needs_and_no_more():
         ("topic", "p.transcript.entries", "literal", "Read"),
         ("topic", "p.transcript.entries", "literal", "Describe"),
         ("topic", "p.transcript.erasures", "literal", "Read"),
-        ("topic", "p.transcript.erasures", "literal", "Describe")}
+        ("topic", "p.transcript.erasures", "literal", "Describe"),
+        # a move in progress: forget refuses to key an erase for the old count
+        ("topic", "p.transcript.layout", "literal", "Read"),
+        ("topic", "p.transcript.layout", "literal", "Describe")}
     writers = {b.principal for b in acls.bindings
                if b.name == "p.transcript.control" and b.operation == "Write"}
     assert writers == {"User:operator"}
