@@ -445,9 +445,12 @@ def test_the_worker_reads_the_retention_from_the_topics_file_it_is_given(tmp_pat
     assert retention_ms(path, "delivery.confirmations") is None
     assert topics_file({"TRANSCRIPT_TOPICS_FILE": str(path)}) == path
     assert topics_file({}) == ROOT / "topics.yaml"
+    # past its settings it checks its TLS files, before any connection: the next refusal
     env = {**os.environ, "KAFKA_BOOTSTRAP": "127.0.0.1:1", "TRANSCRIPT_TOPIC_PREFIX": "nowhere.",
-           "TRANSCRIPT_CHECKPOINT_INTERVAL_S": "1", "TRANSCRIPT_TOPICS_FILE": str(path)}
+           "TRANSCRIPT_CHECKPOINT_INTERVAL_S": "1", "TRANSCRIPT_TOPICS_FILE": str(path),
+           "KAFKA_SECURITY_PROTOCOL": "SSL", "KAFKA_SSL_CAFILE": str(tmp_path / "none.pem")}
     done = subprocess.run([sys.executable, "-m", "workers", "worker"], env=env,
                           capture_output=True, timeout=60)
-    assert done.returncode == 2  # it got past its settings: no broker on port 1
-    assert "invalid environment" not in done.stderr.decode(), done.stderr.decode()
+    err = done.stderr.decode()
+    assert done.returncode == 2 and "KAFKA_SSL_CAFILE" in err, err
+    assert "TRANSCRIPT_CHECKPOINT" not in err, err
