@@ -139,7 +139,9 @@ class Loop:
 
     async def _gateway(self, g: int, phase: Phase) -> None:
         session = self.sessions[g]
-        while phase.rounds < ROUNDS:
+        # past ROUNDS until this gateway has read cleanly after the fault: a fault that outlasts
+        # the rounds (a stop held by a batch in flight) must still be recovered from
+        while phase.rounds < ROUNDS or phase.fault_over is None or g not in phase.recovered:
             self.sent += 1
             send_id = f"{phase.name}-{g}-{self.sent}"
             record = build_confirmation(

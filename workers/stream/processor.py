@@ -104,6 +104,17 @@ class _Cursor:
         return self.next if self.next is not None else self.start
 
 
+async def until_flowing(app: Any) -> bool:
+    """Wait until faust's flow runs; False once the app is stopping. A stop suspends the flow
+    (faust's App._stop_consumer) and never resumes it: a batch that waited on the flow alone
+    held a SIGTERM for the whole batch_stop_s and aborted its transaction."""
+    while not app.flow_control.is_active():
+        if app.should_stop:
+            return False
+        await app.wait(app.flow_control.acquire())  # or until the app stops
+    return not app.should_stop
+
+
 class Processor:
     def __init__(
         self, app: Any, inbox: Inbox, state: StateOwner, owner: Owner, topic_names: dict[str, str],
@@ -232,9 +243,7 @@ class Processor:
         and the offsets skipped between them (no record for us there) to ack with them."""
         app = self.app
         while True:
-            while not app.flow_control.is_active():
-                await app.flow_control.acquire()
-            if app.should_stop:
+            if not await until_flowing(app):
                 return [], []
             generation = app.consumer_generation_id
             if generation == self._generation:
