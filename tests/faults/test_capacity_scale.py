@@ -11,6 +11,7 @@ each figure within 25% (the changelog, measured uncleaned, within 25% of the mod
 it), the records the restore applied within the model's range too, and `audit --strict`
 clean. Times (the drain, the restore) are recorded beside the model's, never asserted; the
 model's worker rate is measured on 8 partitions (docs/performance.md, "Capacity").
+A `scale` measurement (11 minutes here): `make faults` runs it, `make test` leaves it out.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from workers.core.capacity import Workload, plan
 from workers.core.outputs import CONFIRMATIONS, DIAGNOSTICS, ENTRIES, changelog_topic
 from workers.stream.local_state import OWN_KEYS
 
-pytestmark = [pytest.mark.kafka, pytest.mark.faults]
+pytestmark = [pytest.mark.kafka, pytest.mark.faults, pytest.mark.scale]
 SESSIONS = 1_000_000
 RECORDS = 2_000_000
 PARTITIONS = 64
