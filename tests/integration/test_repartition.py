@@ -324,6 +324,11 @@ def test_a_session_erased_before_and_after_a_move_at_one_control_offset_is_erase
     w = workers("w16", state, TRANSCRIPT_PARTITIONS="16")
     confirm(ks, session, ["b1", "b2"], 16)
     wait_drained(bootstrap, group, topic, 120, [w])
+    # show with a stale TRANSCRIPT_PARTITIONS reads the topics' own count (issue 42, item 2):
+    # 8 would address partition partition_for(session, 8), which holds none of it
+    shown = ok(cli("show", session, "--verify", env={**env, "TRANSCRIPT_PARTITIONS": "8"}))
+    assert "message b1" in shown and "message b2" in shown, shown
+    assert "chain: verified 2 entries" in shown, shown
     second = cli("forget", session, "--reason", "second", "--wait", "60", env=env16)
     assert ok(second) and "offset 0" in second.stdout.decode(), second.stdout.decode()
     wait_drained(bootstrap, group, topic, 120, [w])
