@@ -14,7 +14,7 @@ from faust.types import TP
 from transcript_connector.entries_topic import Positioned, classify, position_key
 
 from workers.commands.audit_positions import PositionCheck
-from workers.stream.positions import GapWatch, PositionKeeper
+from workers.stream.positions import SMALL_GAP, GapWatch, PositionKeeper
 
 T0 = 1_800_000_000.0
 WALL = datetime(2026, 12, 4, 10, 0, 0, 250000, tzinfo=UTC)
@@ -90,6 +90,30 @@ def test_the_gap_watch_hands_over_only_gaps_that_hold_nothing():
     assert probe.asked == [{a: (5, 7), c: (3, 4)}]  # b stands at its end: no gap to probe
     assert keeper.advances == {a: (7, 5, 7)} and woken == [True]
     assert keeper.ends == {0: 7, 1: 9}  # the input's, for the lag
+
+
+def test_a_large_gap_is_probed_only_once_its_partition_stood_still_for_a_look():
+    """A partition being drained has a large gap at every look and a record in it: probing
+    it would only take the drain's time. One that stood still is probed, however large."""
+    a, b = TP(IN, 0), TP(IN, 1)
+    standing = {a: 5, b: 9}
+    ends = {a: 5 + SMALL_GAP + 1, b: 9 + SMALL_GAP}
+    keeper = PositionKeeper("e")
+    probe = FakeProbe(empty={a, b})
+
+    async def ask(tps):  # noqa: ANN001, ANN202
+        return {tp: ends[tp] for tp in tps}
+
+    w = GapWatch(keeper, probe, IN, lambda: (7, dict(standing)), ask, lambda: None)
+    asyncio.run(w.look())
+    assert probe.asked == [{b: (9, 9 + SMALL_GAP)}]  # a small gap at once, the large one not
+    standing[a] = 50  # a moved: still draining
+    ends[a] = 50 + SMALL_GAP + 1
+    asyncio.run(w.look())
+    assert probe.asked[-1] == {b: (9, 9 + SMALL_GAP)}
+    asyncio.run(w.look())  # a stood still since the last look: its gap is probed
+    assert probe.asked[-1] == {a: (50, 50 + SMALL_GAP + 1), b: (9, 9 + SMALL_GAP)}
+    assert keeper.advances[a] == (7, 50, 50 + SMALL_GAP + 1)
 
 
 def test_the_gap_watch_wakes_nobody_when_every_gap_holds_a_record_or_none_is_open():

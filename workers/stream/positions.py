@@ -14,7 +14,8 @@ commits for the group (workers.stream.processor). Besides those, the keeper make
     would stay below the input's last stable offset, and a read bound to it would wait forever.
     Once a second (POSITION_TICK_S) the gap watch asks each owned partition's last stable
     offset L; where the processor stands at c < L with no record of that partition in the
-    inbox, a probe (a read_committed consumer of its own, no group) reads [c, L): when it
+    inbox, a probe (a read_committed consumer of its own, no group) reads [c, L) (a gap of more
+    than SMALL_GAP offsets only once c stood still for a look: a drain is not probed): when it
     holds no record, the processor moves its offset to L (its acks cover the gap) and commits
     L with a position record, in the next transaction.
 
@@ -44,6 +45,10 @@ POSITION_TICK_S = 0.5  # how often the gap watch looks at quiet partitions
 HEARTBEAT_S = 30.0  # the oldest an owned partition's position gets
 PROBE_S = 0.5  # the longest a probe reads one look's gaps
 PROBE_MAX_BYTES = 64 * 1024  # what a probe fetches per partition: it stops at the first record
+# a gap of at most this many offsets is probed at once (markers, a small aborted transaction);
+# a larger one only once its partition stood still for a look: a partition the worker is
+# draining always has a record there, and a probe's fetch would only take the drain's time
+SMALL_GAP = 100
 
 
 class PositionKeeper:
@@ -168,6 +173,7 @@ class GapWatch:
         # empty, where the processor stands; ends(tps): their last stable offsets (awaitable)
         self.keeper, self.probe, self.input_topic = keeper, probe, input_topic
         self.candidates, self.ends, self.wake = candidates, ends, wake
+        self._stood: dict[TP, int] = {}  # where each partition stood at the last look
 
     async def run(self) -> None:
         while True:
@@ -190,8 +196,10 @@ class GapWatch:
         generation_now, standing = self.candidates()  # where it stands now, after the ask
         if generation_now != generation:
             return
+        stood, self._stood = self._stood, dict(standing)
         gaps = {tp: (at, ends[tp]) for tp, at in standing.items()
-                if tp in ends and at < ends[tp]}
+                if tp in ends and at < ends[tp]
+                and (ends[tp] - at <= SMALL_GAP or stood.get(tp) == at)}
         if not gaps:
             return
         empty = await asyncio.get_running_loop().run_in_executor(None, self.probe.empty, gaps)
