@@ -98,13 +98,7 @@ def test_a_large_gap_is_probed_only_once_its_partition_stood_still_for_a_look():
     a, b = TP(IN, 0), TP(IN, 1)
     standing = {a: 5, b: 9}
     ends = {a: 5 + SMALL_GAP + 1, b: 9 + SMALL_GAP}
-    keeper = PositionKeeper("e")
-    probe = FakeProbe(empty={a, b})
-
-    async def ask(tps):  # noqa: ANN001, ANN202
-        return {tp: ends[tp] for tp in tps}
-
-    w = GapWatch(keeper, probe, IN, lambda: (7, dict(standing)), ask, lambda: None)
+    w, keeper, probe, _ = watch(standing, ends, empty={a, b})  # both read as they change
     asyncio.run(w.look())
     assert probe.asked == [{b: (9, 9 + SMALL_GAP)}]  # a small gap at once, the large one not
     standing[a] = 50  # a moved: still draining
