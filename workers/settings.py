@@ -237,6 +237,9 @@ WORKER_ENV = {
     "TRANSCRIPT_CHECKPOINT_INTERVAL_S": "checkpoint_interval_s",
     "TRANSCRIPT_CHECKPOINT_KEEP": "checkpoint_keep",
     "TRANSCRIPT_CHECKPOINT_KEYS_PER_BATCH": "checkpoint_keys_per_batch",
+    "TRANSCRIPT_STATE_CACHE_MB": "state_cache_mb",
+    "TRANSCRIPT_HEAD_CACHE": "head_cache",
+    "TRANSCRIPT_FETCH_BUFFER_MB": "fetch_buffer_mb",
 }
 
 
@@ -289,6 +292,19 @@ class WorkerSettings(BaseModel):
     # state keys of checkpoints one batch (so one transaction) carries at most: a larger
     # partition's checkpoint is spread over batches
     checkpoint_keys_per_batch: int = Field(default=100_000, ge=100, le=10_000_000)
+    # memory (docs/configuration.md, "Memory"): what the worker holds does not grow with its
+    # sessions or partitions beyond these. The partition stores' block cache and memtables
+    # together (workers.stream.store_memory)
+    state_cache_mb: int = Field(default=64, ge=8, le=65_536)
+    # sessions' heads kept decoded between batches (a head not here is read from its store)
+    head_cache: int = Field(default=20_000, ge=0, le=10_000_000)
+    # input fetched ahead, over all partitions: each partition's fetch is this divided by the
+    # partitions (TRANSCRIPT_PARTITIONS), within 64 KiB..1 MiB
+    fetch_buffer_mb: int = Field(default=16, ge=1, le=4096)
+
+    def fetch_bytes_per_partition(self) -> int:
+        share = self.fetch_buffer_mb * 1024 * 1024 // self.partitions
+        return max(64 * 1024, min(1024 * 1024, share))
 
 
 def worker_settings(environ: Mapping[str, str] | None = None) -> WorkerSettings:

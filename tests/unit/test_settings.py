@@ -141,6 +141,10 @@ NUMERIC = [
     ("TRANSCRIPT_CHECKPOINT_KEEP", worker_settings, "a whole number from 1 to 1000", 1, 1000),
     ("TRANSCRIPT_CHECKPOINT_KEYS_PER_BATCH", worker_settings,
      "a whole number from 100 to 10000000", 100, 10_000_000),
+    ("TRANSCRIPT_STATE_CACHE_MB", worker_settings, "a whole number from 8 to 65536", 8, 65_536),
+    ("TRANSCRIPT_HEAD_CACHE", worker_settings, "a whole number from 0 to 10000000", 0,
+     10_000_000),
+    ("TRANSCRIPT_FETCH_BUFFER_MB", worker_settings, "a whole number from 1 to 4096", 1, 4096),
 ]
 
 
@@ -454,3 +458,14 @@ def test_the_worker_reads_the_retention_from_the_topics_file_it_is_given(tmp_pat
     err = done.stderr.decode()
     assert done.returncode == 2 and "KAFKA_SSL_CAFILE" in err, err
     assert "TRANSCRIPT_CHECKPOINT" not in err, err
+
+
+@pytest.mark.parametrize(("partitions", "buffer_mb", "per_partition"), [
+    (8, 16, 1024 * 1024), (64, 16, 256 * 1024), (10_000, 16, 64 * 1024), (1, 1, 1024 * 1024)])
+def test_the_input_fetched_ahead_is_bounded_over_all_partitions(partitions, buffer_mb,
+                                                                per_partition):
+    """TRANSCRIPT_FETCH_BUFFER_MB over the partitions, within 64 KiB..1 MiB a partition (issue
+    43: at 64 partitions, 512 KiB fetched ahead each held some 160 MB of the worker's 535)."""
+    ws = worker_settings({"TRANSCRIPT_PARTITIONS": str(partitions),
+                          "TRANSCRIPT_FETCH_BUFFER_MB": str(buffer_mb)})
+    assert ws.fetch_bytes_per_partition() == per_partition

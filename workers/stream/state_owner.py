@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from workers.stream import local_state
+from workers.stream.store_memory import StoreMemory, StoreOptions
 
 log = logging.getLogger("transcript_owner.state")
 
+DEFAULT_MEMORY = StoreMemory(cache_mb=64)  # TRANSCRIPT_STATE_CACHE_MB
 OPEN_TIMEOUT_S = 30.0  # a store still locked by an exiting process of this state dir
 
 
@@ -41,8 +43,13 @@ class StoreState(StrEnum):
 class StateOwner:
     """The open partition stores of one table, by input partition, and where each one stands."""
 
-    def __init__(self, tabledir: Path, table: str, changelog: str) -> None:
+    def __init__(self, tabledir: Path, table: str, changelog: str,
+                 memory: StoreMemory = DEFAULT_MEMORY, stores: int = 8) -> None:
+        """`memory`: the budget every store of this owner shares; `stores`: how many it may
+        open at most (the partition count), which sizes each store's memtable."""
         self.tabledir, self.table, self.changelog = tabledir, table, changelog
+        self.memory, self._max_stores = memory, stores
+        self._options: StoreOptions | None = None  # made at the first open
         self._stores: dict[int, Any] = {}
         self.states: dict[int, StoreState] = {}
 
@@ -55,6 +62,11 @@ class StateOwner:
         if db is None:
             raise LookupError(f"the store of partition {partition} is not open (not assigned)")
         return db
+
+    def memory_bytes(self) -> int | None:
+        """What the stores' shared cache holds now (blocks and memtables); None before any
+        store opened."""
+        return None if self._options is None else self._options.usage_bytes()
 
     def open_stores(self) -> Mapping[int, Any]:
         """The stores open now, for the gauges (read only)."""
@@ -120,13 +132,16 @@ class StateOwner:
         dir are a misconfiguration (prepare warns of it), and then this fails."""
         import rocksdict
 
-        options = rocksdict.Options(raw_mode=True)
-        options.create_if_missing(True)
+        if self._options is None:
+            self._options = StoreOptions(self.memory, self._max_stores)
+        options = self._options.options()
         self.tabledir.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + OPEN_TIMEOUT_S
         while True:
             try:
-                return rocksdict.Rdict(str(self._path(partition)), options=options)
+                db = rocksdict.Rdict(str(self._path(partition)), options=options)
+                db.set_write_options(self._options.write_options())
+                return db
             except Exception as exc:  # noqa: BLE001  (rocksdict raises plain Exception)
                 if "lock" not in str(exc).lower() or time.monotonic() > deadline:
                     raise local_state.LocalStateError(

@@ -56,6 +56,7 @@ from workers.stream.ingest import Inbox, input_topic, read_committed, scheduler_
 from workers.stream.positions import GapProbe, GapWatch, PositionKeeper
 from workers.stream.processor import EXIT_FATAL, BatchClock, Processor
 from workers.stream.state_owner import StateOwner
+from workers.stream.store_memory import StoreMemory
 from workers.stream.takeover import on_assigned
 from workers.stream.topic_check import MoveGuard, check_topics
 from workers.stream.transactions import BatchTransactions, worker_transactional_id
@@ -128,7 +129,8 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         producer_acks=-1,
         broker_commit_interval=0.5,  # acked offsets are committed within half a second
         producer_max_request_size=4 * 1024 * 1024,
-        consumer_max_fetch_size=1024 * 1024,
+        # the input fetched ahead is bounded over all partitions (TRANSCRIPT_FETCH_BUFFER_MB)
+        consumer_max_fetch_size=ws.fetch_bytes_per_partition(),
         # a fetch hands over at most a batch: with the inbox's bound of 2 batches, the worker
         # holds at most 3 batches of input records (plus one fetch per partition in aiokafka)
         broker_max_poll_records=ws.max_batch,
@@ -140,7 +142,8 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
     read_committed(app, offsets_in_transactions=exactly_once)
 
     state = StateOwner(Path(app.conf.tabledir), SESSIONS,
-                       changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS))
+                       changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS),
+                       StoreMemory(ws.state_cache_mb), ws.partitions)
     clock = BatchClock()
     owner = Owner(
         partitions=ws.partitions, dedupe_window=timedelta(days=ws.dedupe_window_days), clock=clock,
@@ -176,7 +179,7 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         app, inbox, state, owner,
         {name: ks.topic(name) for name in (CONFIRMATIONS, ENTRIES, DIAGNOSTICS, DLQ, ERASURES)},
         topic_partitions, offsets_reader(ks, app.conf.id), new_producer,
-        clock, max_batch=ws.max_batch, linger_s=ws.linger_ms / 1000,
+        clock, max_batch=ws.max_batch, linger_s=ws.linger_ms / 1000, cache_size=ws.head_cache,
         transactions=transactions, member=member, batch_stop_s=ws.shutdown_timeout_s / 2,
         metrics=metrics, health=health,
         checkpoints=checkpoints, positions=positions,
