@@ -41,3 +41,16 @@ def test_cyclic_garbage_of_a_frozen_object_is_freed_at_the_next_settle() -> None
     assert alive() is not None  # frozen: no collection sees it
     heap.settle()
     assert alive() is None
+
+
+def test_a_batch_frees_its_cyclic_garbage_and_freezes_its_survivors() -> None:
+    gc.unfreeze()
+    heap.settle()
+    frozen = gc.get_freeze_count()
+    survivors = [Node() for _ in range(100)]
+    garbage = weakref.ref(Node())  # a cycle the batch dropped: only the collector frees it
+    assert garbage() is not None
+    heap.after_batch()
+    assert garbage() is None  # collected before the freeze, not frozen for good
+    assert gc.get_freeze_count() >= frozen + 100
+    assert not any(o is survivors[0] for o in gc.get_objects())

@@ -237,6 +237,8 @@ class Processor:
             ack(m)
         for m in skipped:
             ack(m)
+        if live:
+            heap.after_batch()  # its survivors out of the collector's way (workers.stream.heap)
 
     async def _admit(self, messages: list) -> tuple[list, list]:
         """The messages this worker may process now, tracked so that a rebalance waits for them,
