@@ -76,6 +76,11 @@ def canonical_session_key(raw: str, agent_id: str) -> str:
     """
     if not _AGENT_ID.fullmatch(agent_id):
         raise ValueError(f"invalid agent_id {agent_id!r}: an agent id matches {AGENT_ID_PATTERN}")
+    return raw if _unchanged(raw) else _by_rules(raw, agent_id)
+
+
+def _by_rules(raw: str, agent_id: str) -> str:
+    """canonical_session_key by its rules, for a valid `agent_id`."""
     # Whitespace around a segment is never part of an id: trim the key and every segment.
     parts = [py_strip(p) for p in raw.split(":")]
     if len(parts) >= 2 and py_lower(parts[0]) == "agent":
@@ -88,6 +93,20 @@ def canonical_session_key(raw: str, agent_id: str) -> str:
     if not rest or (len(rest) == 1 and py_lower(rest[0]) in ("", "main")):
         return f"agent:{agent}:main"
     return f"agent:{agent}:{_canonical_rest(rest)}"
+
+
+def _unchanged(raw: str) -> bool:
+    """Is `raw` a key no rule below changes? A full `agent:<id>:…` key of printable ASCII
+    without spaces or capitals, no empty segment, and no `dm` or `thread` segment (the only
+    segments a rule renames): trimming and lowercasing leave it as it is, and the segments are
+    joined again as they were. Most keys a worker reads are such (connectors send canonical
+    keys); with a million sessions the cache above misses nearly every time, and this costs
+    half what the rules do (1.0 against 2.0 µs here). Anything else takes the rules."""
+    if not (raw.isascii() and raw.isprintable()) or " " in raw or raw.lower() != raw:
+        return False
+    parts = raw.split(":")
+    return (len(parts) >= 3 and parts[0] == "agent" and _AGENT_ID.fullmatch(parts[1]) is not None
+            and "" not in parts and "dm" not in parts and "thread" not in parts)
 
 
 def _canonical_rest(rest: list[str]) -> str:
