@@ -17,7 +17,7 @@ BENCH_STAMP := $(BENCH_VENV)/.installed
 CONNECTOR_VENV := var/venv-connector
 CONNECTOR_STAMP := $(CONNECTOR_VENV)/.installed
 
-.PHONY: help install compile uncompile connector-python kafka-up kafka-down kafka-status kafka-up-secure kafka-down-secure topics topics-check prometheus-tool kcat-tool image image-tools test test-unit faults run demo bench schemas lint clean
+.PHONY: help install compile uncompile connector-python kafka-up kafka-down kafka-status kafka-up-secure kafka-down-secure topics topics-check prometheus-tool kcat-tool image image-tools test test-unit faults run demo bench bench-scale schemas lint clean
 
 help:
 	@echo "make run        venv + local Kafka + topics + the worker in the foreground"
@@ -26,6 +26,7 @@ help:
 	@echo "                measurements make test leaves out; minutes): var/faults/"
 	@echo "make demo       publish a scenario covering every rule; print transcripts (beside make run)"
 	@echo "make bench      throughput and latency beside raw Kafka (aiokafka, librdkafka), faust and Quix"
+	@echo "make bench-scale  the same at a deployment's size (1,000,000 sessions, 64 partitions)"
 	@echo "make image      the OCI image (buildah, Debian base by mmdebstrap): localhost/transcript-owner"
 	@echo "make kafka-up-secure  a second local broker: SASL_SSL + SCRAM + ACLs on 127.0.0.1:9192;"
 	@echo "                 one env file per principal in var/kafka/secure/ (make kafka-down-secure)"
@@ -167,6 +168,11 @@ $(BENCH_STAMP): pyproject.toml | $(STAMP)
 
 bench: install kafka-up $(BENCH_STAMP)
 	$(PY) bench/run.py $(BENCH_ARGS)
+
+# issue 43: a million sessions on 64 partitions beside make bench's workload, one run (about
+# 15 minutes); bench/results/scale.json, which plan --constants reads
+bench-scale: install kafka-up $(BENCH_STAMP)
+	$(PY) bench/scale.py $(BENCH_ARGS)
 
 clean: uncompile
 	rm -rf $(VENV) var build

@@ -293,7 +293,7 @@ def delete_groups(prefix: str) -> None:
 
 SHORT = {"exactly_once": "eos", "at_least_once": "alo"}
 # the phases, in the order they run (--only)
-PHASES = ("g", "a", "a2", "b", "q", "c", "d", "c2", "c3", "c4", "d2", "audit", "f", "e", "h")
+PHASES = ("g", "a", "a2", "b", "q", "c", "d", "r", "c2", "c3", "c4", "d2", "audit", "f", "e", "h")
 
 
 def compare(result: dict, a: str, b: str) -> dict:
@@ -331,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000,
                         help="preloaded input of (a), (b) and of (c) in each mode")
+    parser.add_argument("--sessions", type=int, default=2000,
+                        help="sessions the preloaded input is drawn over (loadgen's mix)")
     parser.add_argument("--rates", default="500,1000,2000,5000",
                         help="input rates of (d) in the default (first) mode (issue 25's "
                              "goals are at 1000 and 5000)")
@@ -382,8 +384,8 @@ def main(argv: list[str] | None = None) -> int:
         only = {x.strip() for x in args.only.split(",") if x.strip()}
         if not only or only - set(PHASES):
             parser.error(f"--only: phases of {', '.join(PHASES)}")
-        if "d" in only and "c" not in only:
-            parser.error("--only: d runs on the worker c starts: name c too")
+        if only & {"d", "r"} and "c" not in only:
+            parser.error("--only: d and r run on what c drained: name c too")
     if args.read_every < 1:
         parser.error("--read-every: 1 or more")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -434,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
                     "kafka": kafka_version(), "platform": platform.platform()},
         "prefix": prefix,
         "partitions": args.partitions,
+        "sessions": args.sessions,
         "processing_guarantee": primary,  # of throughput.worker, latency_ms, audit, recovery_s
         "modes": modes,
         "prefixes": prefixes,
@@ -480,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
         if "librdkafka" in chosen:
             create_topic(dst + "-librdkafka")
         t = time.monotonic()
-        records = list(generate(n, sessions_n=2000, seed=1))
+        records = list(generate(n, sessions_n=args.sessions, seed=1))
         phase(f"generated {n:,} records in {time.monotonic() - t:.1f}s; preloading")
         mixed: dict = {}
         if "h" in only:
@@ -602,6 +605,15 @@ def main(argv: list[str] | None = None) -> int:
                     if (w := result["throughput"].get(worker_key(result, m))) is not None:
                         w["peak_rss_mb_after_latency"] = worker.peak_rss_at_stop_mb
 
+            if m == primary and "r" in only:
+                phase(f"(r) restore, {m}: (c)'s state dir wiped, the worker restarted")
+                try:
+                    result["restore"] = worker_bench.restore(prefixes[m], worker)
+                    log(f"  {result['restore']}")
+                except Exception as exc:
+                    result["missing"].append(f"restore: {exc}")
+                    log(traceback.format_exc())
+
             if m == primary and args.scaling:
                 phase(f"(c2) two worker processes, {m}, one group: draining the preloaded input")
                 try:
@@ -719,11 +731,11 @@ def main(argv: list[str] | None = None) -> int:
                 result["capacity"] = {
                     "constants": measured, "mix": mixed, "sizes": drained["sizes"],
                     # the committed constants (workers/commands/plan.py), measured on an earlier run
-                    "predicted": capacity.predict(MEASURED, 2000, n, args.partitions,
+                    "predicted": capacity.predict(MEASURED, args.sessions, n, args.partitions,
                                                   drained["measured"]),
                     "predicted_with_this_run": capacity.predict(
-                        Constants.from_dict(measured, "this run"), 2000, n, args.partitions,
-                        drained["measured"])}
+                        Constants.from_dict(measured, "this run"), args.sessions, n,
+                        args.partitions, drained["measured"])}
                 log(f"  {result['capacity']['constants']}")
             except Exception as exc:
                 result["missing"].append(f"capacity: {exc}")

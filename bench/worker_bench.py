@@ -226,6 +226,51 @@ def _input_kept(workdir: Path) -> Path:
     return path
 
 
+def _probe_written(prefix: str, worker: WorkerProc, tag: str, timeout: float = 300) -> float:
+    """Publish a probe confirmation, start `worker`, and return the seconds from its start to
+    the probe's entry (read_committed). The worker is left running."""
+    c = KafkaConsumer(bootstrap_servers=BOOTSTRAP, isolation_level="read_committed",
+                      enable_auto_commit=False)
+    try:
+        tps = [TopicPartition(prefix + ENTRIES, p) for p in range(partitions())]
+        c.assign(tps)
+        c.seek_to_end()
+        for tp in tps:
+            c.position(tp)
+        sid = _probe(prefix, tag)
+        worker.start()
+        deadline = time.monotonic() + timeout
+        while True:
+            if not worker.alive():
+                raise RuntimeError(f"worker died:\n{worker.tail()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"probe not written in {timeout}s:\n{worker.tail()}")
+            for recs in c.poll(timeout_ms=100).values():
+                for r in recs:
+                    if json.loads(r.value).get("send_id") == sid:
+                        return round(time.time() - worker.started_at, 2)
+    finally:
+        c.close()
+
+
+def restore(prefix: str, worker: WorkerProc) -> dict:
+    """A lost node: `worker` (stopped) restarted with its state dir wiped. Its start to a new
+    record's entry, and the restore its log reports (changelog records applied, seconds)."""
+    from bench.capacity import restored
+
+    shutil.rmtree(worker.env["TRANSCRIPT_STATE_DIR"], ignore_errors=True)
+    worker.log = worker.log.with_name(worker.log.stem + "-restore.log")
+    try:
+        seconds = _probe_written(prefix, worker, "restore")
+        peak = worker.peak_rss_mb()  # over the restore and the probe's batch
+    finally:
+        worker.stop()
+    records, restore_s = restored(worker.log)
+    return {"start_to_entry_s": seconds, "records": records, "seconds": restore_s,
+            "records_per_s": round(records / restore_s, 1) if restore_s else None,
+            "peak_rss_mb": peak}
+
+
 def recovery(prefix: str, workdir: Path, n: int, log,  # noqa: ANN001
              guarantee: str = GUARANTEES[0]) -> dict:
     """State of `n` sessions, then restart times: local RocksDB kept, and state dir wiped."""
@@ -255,30 +300,9 @@ def recovery(prefix: str, workdir: Path, n: int, log,  # noqa: ANN001
     for mode in ("local", "from_changelog"):
         if mode == "from_changelog":
             shutil.rmtree(state)
-        c = KafkaConsumer(bootstrap_servers=BOOTSTRAP, isolation_level="read_committed",
-                          enable_auto_commit=False)
-        tps = [TopicPartition(prefix + ENTRIES, p) for p in range(partitions())]
-        c.assign(tps)
-        c.seek_to_end()
-        for tp in tps:
-            c.position(tp)
-        sid = _probe(prefix, mode)
-        worker.start()
         try:
-            deadline = time.monotonic() + 300
-            found = None
-            while found is None:
-                if not worker.alive():
-                    raise RuntimeError(f"worker died:\n{worker.tail()}")
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"probe not written in 300s:\n{worker.tail()}")
-                for recs in c.poll(timeout_ms=100).values():
-                    for r in recs:
-                        if json.loads(r.value).get("send_id") == sid:
-                            found = time.time()
-            out[mode] = round(found - worker.started_at, 2)
-            log(f"  recovery {mode}: {out[mode]}s from worker start to the probe's entry")
+            out[mode] = _probe_written(prefix, worker, mode)
         finally:
             worker.stop()
-            c.close()
+        log(f"  recovery {mode}: {out[mode]}s from worker start to the probe's entry")
     return out
