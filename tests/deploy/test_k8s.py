@@ -170,6 +170,25 @@ def test_dev_settings(rendered):
             assert text.startswith(("dev-", "placeholder")), (secret["metadata"]["name"], text)
 
 
+def _mib(quantity: str) -> float:
+    m = re.fullmatch(r"(\d+)(Mi|Gi)", quantity)
+    assert m, quantity
+    return int(m[1]) * (1024 if m[2] == "Gi" else 1)
+
+
+@pytest.mark.parametrize("overlay", ["dev", "production"])
+def test_the_workers_memory_follows_from_plan(rendered, overlay):
+    """plan's "a worker's memory" (issue 43: bounded by settings, measured by make
+    bench-scale) with room: the request 1.25 times it, the limit 1.5 times."""
+    from workers.commands.plan import MEASURED
+
+    resources = worker(objects(rendered[overlay]))["resources"]
+    peak = MEASURED.worker_peak_rss_mb
+    assert _mib(resources["requests"]["memory"]) >= 1.25 * peak
+    assert _mib(resources["limits"]["memory"]) >= 1.5 * peak
+    assert _mib(resources["limits"]["memory"]) >= _mib(resources["requests"]["memory"])
+
+
 def test_both_overlays_share_the_worker_contract(rendered):
     for overlay, stream in rendered.items():
         docs = objects(stream)

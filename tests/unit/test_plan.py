@@ -213,6 +213,26 @@ def test_the_committed_constants_predict_the_last_bench_run() -> None:
         assert row["held"], row
 
 
+def test_plan_sizes_workers_by_the_deployment_scale_bench() -> None:
+    """`make bench-scale` (issue 43): plan's drain per worker and a worker's memory are what
+    one exactly-once worker measured at a million sessions on 64 partitions, within 25%; and
+    its result is a constants file plan reads."""
+    path = ROOT / "bench" / "results" / "scale.json"
+    large = json.loads(path.read_text())["large"]
+    assert large["sessions"] >= 1_000_000 and large["partitions"] >= 64
+    assert large["records"] >= 1_000_000
+    assert abs(MEASURED.worker_records_per_s / large["worker"] - 1) <= 0.25
+    assert abs(MEASURED.worker_peak_rss_mb / large["peak_rss_mb"] - 1) <= 0.25
+    from workers.commands.plan import load_constants
+    assert load_constants(path).worker_records_per_s == round(large["worker"], 1)
+
+
+def test_a_constants_file_from_before_the_memory_constant_still_loads() -> None:
+    old = {k: v for k, v in MEASURED.to_dict().items() if k != "worker_peak_rss_mb"}
+    assert Constants.from_dict(old, "old").worker_peak_rss_mb == \
+        Constants.__dataclass_fields__["worker_peak_rss_mb"].default
+
+
 @pytest.mark.parametrize("args", [
     ["--sessions", "10000000000", "--sends-per-session-day", "1000000"],
     ["--sessions", "1", "--sends-per-session-day", "0", "--dedupe-window-days", "0.0001"],

@@ -85,6 +85,10 @@ class Constants:
     diagnostic_record_bytes: float
     dead_letter_record_bytes: float
     changelog_record_bytes: float
+    # `make bench-scale`: one exactly-once worker's peak RSS at the default memory settings,
+    # which bound it whatever the sessions and partitions (docs/configuration.md, "Memory");
+    # a constants file without it (before issue 43) takes this default
+    worker_peak_rss_mb: float = 330.0
     source: str = "unknown"  # the run they come from
 
     @classmethod
@@ -99,6 +103,8 @@ class Constants:
             if f.name == "source":
                 values[f.name] = str(value) if value is not None else where
                 continue
+            if value is None and f.name in OPTIONAL_CONSTANTS:
+                continue  # the class's default
             if isinstance(value, bool) or not isinstance(value, int | float) \
                     or not math.isfinite(value) or value < 0:
                 raise ValueError(f"{where}: field {f.name!r}: a finite number >= 0 is "
@@ -124,6 +130,7 @@ _SHARE = (0.0, 1.0, "each input record has one outcome")
 # Each constant's range: finite figures for every workload plan accepts (a rate of 1e-300 made
 # an unnamed OverflowError, a size of 1e308 printed Infinity as JSON), and values a bench run
 # can give at all.
+OPTIONAL_CONSTANTS = frozenset({"worker_peak_rss_mb"})
 CONSTANT_RANGES: dict[str, tuple[float, float, str]] = {
     "worker_records_per_s": _RATE,
     "restore_records_per_s": _RATE,
@@ -141,6 +148,8 @@ CONSTANT_RANGES: dict[str, tuple[float, float, str]] = {
     "diagnostic_record_bytes": _BYTES,
     "dead_letter_record_bytes": _BYTES,
     "changelog_record_bytes": _BYTES,
+    "worker_peak_rss_mb": (1.0, 1e6, "a worker process of less than 1 MB, or more than a "
+                           "terabyte, is a broken measurement"),
 }
 
 
@@ -266,6 +275,10 @@ def plan(w: Workload, c: Constants, r: Retentions = Retentions()) -> list[Figure
     add(dep, "partitions per worker", partitions / workers, "", "partitions / workers")
     add(dep, "state bytes per worker", state_bytes / workers, "bytes",
         "state bytes / workers (its RocksDB, before compression)")
+    add(dep, "a worker's memory", c.worker_peak_rss_mb * MIB, "bytes",
+        "worker_peak_rss_mb (bounded by the memory settings, not by sessions or partitions; "
+        "the pod's request, and its limit with room for a restore's batches: x 1.5)",
+        "worker_peak_rss_mb")
     add(dep, "a worker's restore", keys / c.restore_records_per_s / workers, "s",
         "state keys / restore_records_per_s / workers (a new machine: no local state)",
         "restore_records_per_s")
