@@ -240,6 +240,7 @@ WORKER_ENV = {
     "TRANSCRIPT_STATE_CACHE_MB": "state_cache_mb",
     "TRANSCRIPT_HEAD_CACHE": "head_cache",
     "TRANSCRIPT_FETCH_BUFFER_MB": "fetch_buffer_mb",
+    "TRANSCRIPT_STANDBY_REPLICAS": "standby_replicas",
 }
 
 
@@ -301,6 +302,9 @@ class WorkerSettings(BaseModel):
     # input fetched ahead, over all partitions: each partition's fetch is this divided by the
     # partitions (TRANSCRIPT_PARTITIONS), within 64 KiB..1 MiB
     fetch_buffer_mb: int = Field(default=16, ge=1, le=4096)
+    # workers that keep each partition's state warm beside its owner (workers.stream.standby);
+    # fewer while the group has fewer other members
+    standby_replicas: int = Field(default=1, ge=0, le=16)
 
     def fetch_bytes_per_partition(self) -> int:
         share = self.fetch_buffer_mb * 1024 * 1024 // self.partitions

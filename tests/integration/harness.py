@@ -92,11 +92,15 @@ class Collector:
     transcript.entries it collects the entries and tombstones in `records`, and the worker's
     position records (DESIGN 1.3) apart, in `positions`."""
 
-    def __init__(self, ks: KafkaSettings, topic: str) -> None:
+    def __init__(self, ks: KafkaSettings, topic: str, from_end: bool = False) -> None:
+        """`from_end`: only what is written from now on (a test over a large backlog)."""
         self.consumer = consumer(ks)
         parts = self.consumer.partitions_for_topic(topic) or set()
         self.consumer.assign([TopicPartition(topic, p) for p in sorted(parts)])
-        self.consumer.seek_to_beginning()
+        if from_end:
+            self.consumer.seek_to_end()
+        else:
+            self.consumer.seek_to_beginning()
         self.records: list = []
         self.positions: list = []
         self._entries = topic.endswith(ENTRIES)

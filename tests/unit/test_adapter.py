@@ -120,6 +120,49 @@ def test_canary_the_member_id_path_through_faust_to_aiokafka():
         __import__("aiokafka").AIOKafkaConsumer), "AIOKafkaConsumer._coordinator"
 
 
+def test_canary_faust_assignor_hooks_the_warm_up_overrides():
+    """adapter.warm_assignor overrides these of faust's PartitionAssignor, with these shapes."""
+    from faust.assignor import PartitionAssignor
+    from faust.assignor.client_assignment import ClientAssignment, ClientMetadata
+
+    assert isinstance(inspect.getattr_static(PartitionAssignor, "_metadata"), property), \
+        "faust PartitionAssignor._metadata (the member's subscription user data) is gone"
+    assert list(inspect.signature(PartitionAssignor._perform_assignment).parameters) == [
+        "self", "cluster", "member_metadata"], "PartitionAssignor._perform_assignment"
+    assert list(inspect.signature(PartitionAssignor._protocol_assignments).parameters)[:2] == [
+        "self", "assignments"], "PartitionAssignor._protocol_assignments"
+    assert callable(getattr(PartitionAssignor, "_get_client_metadata", None))
+    assert "self._protocol_assignments(" in inspect.getsource(
+        PartitionAssignor._perform_assignment), "faust encodes its proposal through it"
+    assert set(ClientAssignment._options.fields) >= {"actives", "standbys"}
+    assert set(ClientMetadata._options.fields) >= {
+        "assignment", "url", "changelog_distribution", "external_topic_distribution",
+        "topic_groups"}
+    # standbys reach the Kafka assignment only for tables' changelogs: the warm-up marks stay
+    # faust's own
+    assert "table_manager.changelog_topics" in inspect.getsource(
+        ClientAssignment.kafka_protocol_assignment)
+
+
+def test_canary_faust_falls_back_to_round_robin_without_standby_replicas():
+    """Why the worker sets table_standby_replicas to at least 1: at 0, with no faust table,
+    faust's consumer uses aiokafka's round-robin assignor, which does not keep the input and
+    transcript.control co-partitioned."""
+    from faust.transport.drivers import aiokafka as driver
+
+    source = inspect.getsource(driver.AIOKafkaConsumerThread._create_worker_consumer)
+    assert "table_standby_replicas > 0" in source and "RoundRobinPartitionAssignor" in source
+
+
+def test_canary_aiokafka_coordinator_rejoins_on_request():
+    from aiokafka.consumer.group_coordinator import GroupCoordinator
+    from mode.threads import ServiceThread
+
+    assert callable(getattr(GroupCoordinator, "request_rejoin", None)), \
+        "aiokafka GroupCoordinator.request_rejoin (adapter.request_rejoin) is gone"
+    assert "self.thread_loop" in inspect.getsource(ServiceThread.__init__)
+
+
 def test_canary_faust_table_manager_starts_recovery_through_update_channels():
     from faust.tables import TableManager
 
@@ -237,7 +280,8 @@ ADAPTER = ROOT / "workers" / "stream" / "adapter.py"
 PRIVATE_NAMES = (
     # faust
     "_update_channels", "_create_worker_consumer", "_new_consumer_thread", "_commit", "_thread",
-    "_ensure_consumer", "__faust",
+    "_ensure_consumer", "__faust", "_metadata", "_perform_assignment", "_protocol_assignments",
+    "_get_client_metadata",
     # mode
     "_schedule_shutdown", "_signal_stop_time",
     # aiokafka

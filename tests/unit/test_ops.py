@@ -76,7 +76,10 @@ def test_rendering_names_every_metric_and_counts_committed_batches():
     m.gauges.state = {0: (10, 2048)}
     m.transactions = lambda: {"committed": 7, "aborted": 1}
     m.positions = lambda: {0: (3, 1.5), 3: (0, 0.2)}
+    m.standbys = lambda: {5: 12, 1: 0}
     families = _families(m)
+    assert {s.labels["partition"]: s.value
+            for s in families["transcript_owner_standby_lag"].samples} == {"1": 0, "5": 12}
     # the parser drops _total from counter family names; METRIC_NAMES has the sample names
     exposed = {s.name for f in families.values() for s in f.samples}
     for name in METRIC_NAMES:

@@ -429,3 +429,32 @@ def test_json_is_json_at_every_edge(env: dict[str, str], tmp_path: Path) -> None
         assert done.returncode == 0, done.stderr
         doc = _strict_json(done.stdout.decode())
         assert all(math.isfinite(f["value"]) for f in doc["figures"])
+
+
+# ---- standbys (issue 44) ----
+
+def _figure(figs: list, name: str) -> float:
+    return next(f.value for f in figs if f"{f.group}: {f.name}" == name)
+
+
+def test_standbys_add_their_state_and_fetch_to_each_worker() -> None:
+    one = plan(Workload(sessions=1_000_000, sends_per_session_day=20, workers=4), MEASURED)
+    none = plan(Workload(sessions=1_000_000, sends_per_session_day=20, workers=4,
+                         standby_replicas=0), MEASURED)
+    state = _figure(one, "deployment: state bytes")
+    assert _figure(one, "deployment: standbys per partition") == 1
+    assert _figure(one, "deployment: state bytes per worker") == pytest.approx(state * 2 / 4)
+    assert _figure(none, "deployment: state bytes per worker") == pytest.approx(state / 4)
+    assert _figure(none, "deployment: a worker's standby fetch") == 0
+    peak = _figure(one, "deployment: peak input")
+    assert _figure(one, "deployment: a worker's standby fetch") == pytest.approx(
+        peak * MEASURED.state_writes_per_record / 4)
+
+
+def test_one_worker_keeps_no_standby_however_many_are_asked_for() -> None:
+    figs = plan(Workload(sessions=10_000, sends_per_session_day=20, workers=1,
+                         standby_replicas=3), MEASURED)
+    assert _figure(figs, "deployment: standbys per partition") == 0
+    three = plan(Workload(sessions=10_000, sends_per_session_day=20, workers=3,
+                          standby_replicas=5), MEASURED)
+    assert _figure(three, "deployment: standbys per partition") == 2

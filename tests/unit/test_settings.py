@@ -145,6 +145,7 @@ NUMERIC = [
     ("TRANSCRIPT_HEAD_CACHE", worker_settings, "a whole number from 0 to 10000000", 0,
      10_000_000),
     ("TRANSCRIPT_FETCH_BUFFER_MB", worker_settings, "a whole number from 1 to 4096", 1, 4096),
+    ("TRANSCRIPT_STANDBY_REPLICAS", worker_settings, "a whole number from 0 to 16", 0, 16),
 ]
 
 

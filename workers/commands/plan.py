@@ -102,6 +102,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
       "state) may take to restore its partitions (default 600)")
     a("--checkpoint-keep", type=_bounded(int, 1, 1000), default=9, metavar="N",
       help="TRANSCRIPT_CHECKPOINT_KEEP (default 9)")
+    a("--standby-replicas", type=_bounded(int, 0, 16), default=1, metavar="N",
+      help="TRANSCRIPT_STANDBY_REPLICAS (default 1)")
     a("--partitions", type=_bounded(int, 1, MAX_PARTITIONS), default=None, metavar="N",
       help="size for this partition count instead of choosing one (at most "
       f"{MAX_PARTITIONS:,}: TRANSCRIPT_PARTITIONS' bound)")
@@ -132,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
         replication_factor=args.replication_factor, peak_factor=args.peak_factor,
         headroom=args.headroom, restore_target_s=args.restore_target_s,
         worker_restore_target_s=args.worker_restore_target_s,
-        checkpoint_keep=args.checkpoint_keep, partitions=args.partitions, workers=args.workers)
+        checkpoint_keep=args.checkpoint_keep, standby_replicas=args.standby_replicas,
+        partitions=args.partitions, workers=args.workers)
     kept, declared = retentions(args.topics_file)
     figures = plan(workload, constants, kept)
     misfits = fit(workload, constants).misfits

@@ -51,6 +51,7 @@ class Workload:
     restore_target_s: float = 30.0  # the longest a partition may take to restore from Kafka
     worker_restore_target_s: float = 600.0  # the longest a worker on a new machine may take
     checkpoint_keep: int = 9  # TRANSCRIPT_CHECKPOINT_KEEP
+    standby_replicas: int = 1  # TRANSCRIPT_STANDBY_REPLICAS
     partitions: int | None = None  # None: the model chooses
     workers: int | None = None  # None: the model chooses
 
@@ -273,8 +274,16 @@ def plan(w: Workload, c: Constants, r: Retentions = Retentions()) -> list[Figure
         "dedupe_window_days)", "head_bytes", "seen_bytes", "seen_per_record")
     add(dep, "partitions", partitions, "", size.partitions_formula, "restore_records_per_s")
     add(dep, "partitions per worker", partitions / workers, "", "partitions / workers")
-    add(dep, "state bytes per worker", state_bytes / workers, "bytes",
-        "state bytes / workers (its RocksDB, before compression)")
+    standbys = add(dep, "standbys per partition", min(w.standby_replicas, workers - 1), "",
+                   "min(standby_replicas, workers - 1): other workers keeping a partition's "
+                   "state warm (TRANSCRIPT_STANDBY_REPLICAS)")
+    add(dep, "state bytes per worker", state_bytes * (1 + standbys) / workers, "bytes",
+        "state bytes x (1 + standbys per partition) / workers (its RocksDB: its partitions' "
+        "state and its standbys', before compression)")
+    add(dep, "a worker's standby fetch", records_day / DAY_S * w.peak_factor
+        * c.state_writes_per_record * standbys / workers, "records/s",
+        "peak input x state_writes_per_record x standbys per partition / workers (changelog "
+        "records its standbys tail at the peak)", "state_writes_per_record")
     add(dep, "a worker's memory", c.worker_peak_rss_mb * MIB, "bytes",
         "worker_peak_rss_mb (bounded by the memory settings, not by sessions or partitions; "
         "the pod's request, and its limit with room for a restore's batches: x 1.5)",

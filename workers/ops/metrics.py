@@ -66,6 +66,7 @@ METRIC_NAMES = (
     f"{PREFIX}restoring",
     f"{PREFIX}position_lag",
     f"{PREFIX}position_age_seconds",
+    f"{PREFIX}standby_lag",
     "process_cpu_seconds_total",
     "process_resident_memory_bytes",
     "process_virtual_memory_bytes",
@@ -141,6 +142,8 @@ class Metrics:
         # per owned partition: (input offsets its last position record is behind the input's
         # last stable offset, that record's age in seconds); none at-least-once
         self.positions: Callable[[], Mapping[int, tuple[int, float]]] = dict
+        # per standby partition: changelog records it has not applied (workers.stream.standby)
+        self.standbys: Callable[[], Mapping[int, int]] = dict
         self.rebalances = 0
         self.restored = 0
         self.gauges = Gauges()
@@ -230,3 +233,10 @@ class _Collector:
             age.add_metric([str(partition)], seconds)
         yield behind
         yield age
+        standby = GaugeMetricFamily(
+            f"{PREFIX}standby_lag", "Changelog records a standby has not applied yet (its "
+            "partition's last stable offset minus its position), per standby partition of this "
+            "worker", labels=["partition"])
+        for partition, n in sorted(m.standbys().items()):
+            standby.add_metric([str(partition)], n)
+        yield standby

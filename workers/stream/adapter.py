@@ -23,7 +23,10 @@ The rest, by owner:
                           assignment and faust's recovery, which resumes the partitions). The
                           worker declares no faust table: its state has its own owner
                           (workers.stream.state_owner)
-  faust's consumer        `read_committed_consumer`, `use_consumer`; `membership`
+  faust's consumer        `read_committed_consumer`, `use_consumer`; `membership`,
+                          `request_rejoin`
+  faust's assignor        `warm_assignor` (standbys reported only when warm; moves to a member
+                          without a warm standby held back: workers.core.warmup)
   mode's Worker           `on_first_stop_signal`
   aiokafka's producer     `install_kip447`, which also shortens aiokafka's wait between
                           transactions: a transaction's first AddPartitionsToTxn right after
@@ -86,6 +89,87 @@ def membership(app: Any) -> Membership:
     (`_ensure_consumer()`) -> GroupCoordinator (`_coordinator`)."""
     coordinator = app.consumer._thread._ensure_consumer()._coordinator
     return Membership(coordinator.generation, coordinator.member_id)
+
+
+def warm_assignor(input_topic: str, copartitioned: tuple[str, ...],
+                  warm: Callable[[], set[int]]) -> type:
+    """faust's partition assignor (the `PartitionAssignor` setting) with KIP-441's warm-up.
+
+    faust's assignor already places standbys of co-partitioned topics (the input and
+    transcript.control; `table_standby_replicas`): never on the active's member, spread by
+    count, sticky, and an active that must move goes first to a member holding its standby. The
+    worker keeps those standbys warm (workers.stream.standby). Here:
+    - a member reports (`_metadata`, its subscription's user data) only the standbys of the
+      input that are warm (`warm()`), so the leader knows which moves would be warm;
+    - the leader (`_perform_assignment` keeps what each member reported; `_protocol_assignments`
+      is handed faust's proposal before it is encoded) holds back each move to a member
+      without a warm standby while the partition's last owner is in the group
+      (workers.core.warmup.hold_back): the partition stays, and the member gets its standby,
+      marked under the pseudo-topic `warm_up_topic(input)`, which faust never reads (it adds
+      standbys to the Kafka assignment only for its tables' changelogs). The member asks for a
+      new assignment once those are warm (`request_rejoin`)."""
+    from faust.assignor import PartitionAssignor
+    from faust.assignor.client_assignment import ClientAssignment, ClientMetadata
+
+    from workers.core.warmup import hold_back
+
+    topics = tuple(dict.fromkeys((input_topic, *copartitioned)))
+    marker = warm_up_topic(input_topic)
+
+    class WarmAssignor(PartitionAssignor):
+        reported: dict[str, Any] = {}  # noqa: RUF012  (the leader's: each member's report)
+
+        @property
+        def _metadata(self) -> Any:
+            md = super()._metadata
+            hot = warm()
+            standbys = {t: [p for p in ps if p in hot] if t in topics else list(ps)
+                        for t, ps in md.assignment.standbys.items() if t != marker}
+            return ClientMetadata(
+                assignment=ClientAssignment(actives=dict(md.assignment.actives),
+                                            standbys=standbys),
+                url=md.url, changelog_distribution=md.changelog_distribution,
+                external_topic_distribution=md.external_topic_distribution,
+                topic_groups=md.topic_groups)
+
+        def _perform_assignment(self, cluster: Any, member_metadata: Any) -> Any:
+            self.reported = {m: self._get_client_metadata(md).assignment
+                             for m, md in member_metadata.items()}
+            return super()._perform_assignment(cluster, member_metadata)
+
+        def _protocol_assignments(self, assignments: Any, *args: Any) -> Any:
+            proposed = {m: set(a.actives.get(input_topic, ())) for m, a in assignments.items()}
+            previous = {m: set(r.actives.get(input_topic, ())) for m, r in self.reported.items()}
+            warm_of = {m: set(r.standbys.get(input_topic, ())) for m, r in self.reported.items()}
+            actives, warming = hold_back(proposed, previous, warm_of)
+            for m, a in assignments.items():
+                for t in topics:
+                    if t in a.actives:
+                        a.actives[t] = sorted(actives[m])
+                        a.standbys[t] = sorted((set(a.standbys.get(t, ())) | warming[m])
+                                               - actives[m])
+                a.standbys[marker] = sorted(warming[m])
+            held = {m: sorted(ps) for m, ps in warming.items() if ps}
+            if held:
+                log.info("held back moves to members without a warm standby (they warm up "
+                         "first): %s", held)
+            return super()._protocol_assignments(assignments, *args)
+
+    return WarmAssignor
+
+
+def warm_up_topic(input_topic: str) -> str:
+    """The pseudo-topic under which a member's assignment lists the standbys it warms up to
+    take over (no such topic exists; faust never reads it)."""
+    return f"{input_topic}#warm-up"
+
+
+def request_rejoin(app: Any) -> None:
+    """Ask the group for a new assignment (a probing rebalance: workers.stream.standby), from
+    any thread: aiokafka's coordinator lives on faust's consumer thread's loop."""
+    thread = app.consumer._thread
+    coordinator = thread._ensure_consumer()._coordinator
+    thread.thread_loop.call_soon_threadsafe(coordinator.request_rejoin)
 
 
 # --- faust's RocksDB store layout (faust.stores.rocksdb.Store) ------------------------------

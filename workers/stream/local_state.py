@@ -434,7 +434,6 @@ async def _copy(c, topic: str, due: Mapping[int, tuple[int, int]],  # noqa: ANN0
     """Apply changelog offsets [first, end) of each partition in `due` to its store in `dbs`,
     read by `c` (started); each write batch carries the offset of its last record, so a store
     never claims an offset it has not applied."""
-    import rocksdict
     from aiokafka import TopicPartition
 
     ends = {TopicPartition(topic, p): end for p, (_, end) in due.items()}
@@ -453,20 +452,30 @@ async def _copy(c, topic: str, due: Mapping[int, tuple[int, int]],  # noqa: ANN0
         if batch:
             last_record = time.monotonic()
         for tp, rs in batch.items():
-            ops, last = batch_ops(((r.offset, r.key, r.value) for r in rs), ends[tp])
-            if last is None:
-                continue
-            wb = rocksdict.WriteBatch(raw_mode=True)
-            for key, value in ops:
-                if value is None:
-                    wb.delete(key)
-                else:
-                    wb.put(key, value)
-            wb.put(OFFSET_KEY, str(last).encode())  # in the batch: applied with it
-            dbs[tp.partition].write(wb)  # type: ignore[attr-defined]
-            applied += len(ops)
+            applied += apply(dbs[tp.partition], rs, ends[tp])
         pending = {tp for tp in pending if await c.position(tp) < ends[tp]}
     return applied
+
+
+def apply(db, records, end: int) -> int:  # noqa: ANN001  (a store, aiokafka's records)
+    """Write changelog `records` (of one partition, in log order, below `end`) to its store in
+    one write batch carrying the offset of the last one, so a store never claims an offset it
+    has not applied; returns the records applied. The restore and the standbys' tail share
+    it."""
+    import rocksdict
+
+    ops, last = batch_ops(((r.offset, r.key, r.value) for r in records), end)
+    if last is None:
+        return 0
+    wb = rocksdict.WriteBatch(raw_mode=True)
+    for key, value in ops:
+        if value is None:
+            wb.delete(key)
+        else:
+            wb.put(key, value)
+    wb.put(OFFSET_KEY, str(last).encode())  # in the batch: applied with it
+    db.write(wb)
+    return len(ops)
 
 
 def changelog_reader(ks, client_id: str, isolation_level: str = "read_committed"):  # noqa: ANN001, ANN201

@@ -5,7 +5,9 @@ worker. At each assignment the takeover (workers.stream.takeover) hands `StateOw
 partitions it owns now: stores of partitions it no longer owns are closed, the others are
 opened (REGISTERED), read from the changelog to its end, read_committed (RESTORING), and then
 serve the batches (READY). No faust table is involved: faust assigns partitions, and this
-module alone opens, restores and closes the stores.
+module alone opens, restores and closes the stores. Standby stores (STANDBY) are opened here too,
+for workers.stream.standby to keep near the changelog's end; one that becomes owned is handed
+over open.
 
 Layout (unchanged from the faust-table era, so local state written then is used as it is):
 TRANSCRIPT_STATE_DIR/<prefix><app id>/v1/tables/sessions-<partition>.db, one RocksDB per input
@@ -38,6 +40,7 @@ class StoreState(StrEnum):
     REGISTERED = "registered"  # open, not yet read to the changelog's end
     RESTORING = "restoring"  # the changelog is being applied
     READY = "ready"  # at the changelog's end: batches read and write it
+    STANDBY = "standby"  # not owned: kept near the changelog's end (workers.stream.standby)
 
 
 class StateOwner:
@@ -51,6 +54,7 @@ class StateOwner:
         self.memory, self._max_stores = memory, stores
         self._options: StoreOptions | None = None  # made at the first open
         self._stores: dict[int, Any] = {}
+        self._standbys: dict[int, Any] = {}  # open stores of partitions kept warm, not owned
         self.states: dict[int, StoreState] = {}
 
     # --- what the batches use ---------------------------------------------------------------
@@ -84,9 +88,23 @@ class StateOwner:
         for p in sorted(set(self._stores) - wanted):
             self._close(p)
         for p in sorted(wanted):
-            if p not in self._stores:
+            if p in self._standbys:  # warm: only the tail is left to restore
+                self._stores[p] = self._standbys.pop(p)
+            elif p not in self._stores:
                 self._stores[p] = self._open(p)
             self.states[p] = StoreState.REGISTERED
+
+    def stand_by(self, partitions: Iterable[int]) -> dict[int, Any]:
+        """Keep exactly `partitions` (none of them owned) as standbys: close the other standby
+        stores, open these; returns them. Only the standbys' tail (workers.stream.standby)
+        calls it, and never while an assignment changes the stores (it is stopped first)."""
+        wanted = set(partitions) - set(self._stores)
+        for p in sorted(set(self._standbys) - wanted):
+            self._close_standby(p)
+        for p in sorted(wanted - set(self._standbys)):
+            self._standbys[p] = self._open(p)
+            self.states[p] = StoreState.STANDBY
+        return dict(self._standbys)
 
     def restore(self, ks: Any) -> int:
         """Read every store that is not READY from its applied offset to the changelog's end as
@@ -110,6 +128,8 @@ class StateOwner:
         for p in sorted(partitions):
             if p in self._stores:
                 self._close(p)
+            if p in self._standbys:
+                self._close_standby(p)
             path = self._path(p)
             if path.exists():
                 shutil.rmtree(path, ignore_errors=True)
@@ -120,6 +140,8 @@ class StateOwner:
         """Flush and close every store (a clean stop)."""
         for p in sorted(self._stores):
             self._close(p)
+        for p in sorted(self._standbys):
+            self._close_standby(p)
 
     # --- the disk -----------------------------------------------------------------------------
 
@@ -148,8 +170,11 @@ class StateOwner:
                         f"cannot open {self._path(partition)}: {exc}") from None
                 time.sleep(0.1)
 
-    def _close(self, partition: int) -> None:
-        db = self._stores.pop(partition)
+    def _close_standby(self, partition: int) -> None:
+        self._close(partition, self._standbys)
+
+    def _close(self, partition: int, stores: dict[int, Any] | None = None) -> None:
+        db = (self._stores if stores is None else stores).pop(partition)
         self.states.pop(partition, None)
         try:
             db.flush(True)

@@ -15,11 +15,12 @@ from workers.core.lifecycle import Assigned, Fail, Settled
 from workers.ops.health import Health
 from workers.ops.metrics import Metrics
 from workers.settings import KafkaSettings
-from workers.stream import local_state
+from workers.stream import fencing, local_state
 from workers.stream.adapter import replace_table_rebalance
 from workers.stream.checkpoints import Checkpointer
 from workers.stream.clients import offsets_reader
 from workers.stream.processor import EXIT_FATAL
+from workers.stream.standby import Standbys
 from workers.stream.state_owner import StateOwner
 from workers.stream.topic_check import MoveGuard
 from workers.stream.transactions import BatchTransactions
@@ -34,7 +35,8 @@ EXIT_MOVE_PENDING = 2  # a repartition is moving the partitions: start again onc
 def on_assigned(app, ks: KafkaSettings, transactions: BatchTransactions | None,  # noqa: ANN001
                 input_name: str, read: frozenset[str], diagnostics: str, state: StateOwner,
                 metrics: Metrics, health: Health, checkpoints: Checkpointer | None = None, *,
-                settle_timeout_s: float = 90.0, moves: MoveGuard | None = None) -> None:
+                settle_timeout_s: float = 90.0, moves: MoveGuard | None = None,
+                standbys: Standbys | None = None) -> None:
     """At each assignment, before faust resumes the partitions. Exactly-once (`transactions`):
     wait until the partitions' last owners' transactions have ended (their offset commits are
     stable, and no transaction is open on their changelog and diagnostics partitions), so the
@@ -74,17 +76,24 @@ def on_assigned(app, ks: KafkaSettings, transactions: BatchTransactions | None, 
             mine = sorted({tp.partition for tp in assigned if tp.topic == input_name})
             began = settled = time.monotonic()
             loop = asyncio.get_running_loop()
+            if standbys is not None:  # their stores may become owned: the tail stops first
+                await loop.run_in_executor(None, standbys.stop)
             if moves is not None:
                 await refuse_during_a_move(moves, ks)
             if transactions is not None:
                 health.send(Assigned(generation_id))
                 # this worker's own last incarnation is fenced once its producer holds its id
                 await transactions.start()
+                # and a departed worker's, by whichever new owner gets here first: beside the
+                # waits below, which it ends when there is such a transaction
+                fenced = loop.run_in_executor(None, fencing.end_departed, ks, app.conf.id,
+                                              transactions.transactional_id)
                 await stable([tp for tp in assigned if tp.topic in read])
                 done = await loop.run_in_executor(
                     None, local_state.settle, ks,
                     [(topic, p) for topic in (state.changelog, diagnostics) for p in mine],
                     settle_timeout_s, 0.05, over)
+                await fenced  # it never raises
                 if not done or over():
                     return
                 settled = time.monotonic()
@@ -115,6 +124,8 @@ def on_assigned(app, ks: KafkaSettings, transactions: BatchTransactions | None, 
             os._exit(EXIT_FATAL)
         if not over():  # a stop or a newer assignment came while the top-up ran
             await recover(assigned, revoked, newly_assigned, generation_id)
+            if standbys is not None:
+                standbys.start()
 
     recover = replace_table_rebalance(app, on_rebalance)  # faust's: the tables' recovery
 

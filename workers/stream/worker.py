@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,12 +50,16 @@ from workers.stream.adapter import (
     membership,
     on_first_stop_signal,
     prompt_table_manager,
+    request_rejoin,
+    warm_assignor,
+    warm_up_topic,
 )
 from workers.stream.checkpoints import Checkpointer
 from workers.stream.clients import offsets_reader, producer_factory
 from workers.stream.ingest import Inbox, input_topic, read_committed, scheduler_for
 from workers.stream.positions import GapProbe, GapWatch, PositionKeeper
 from workers.stream.processor import EXIT_FATAL, BatchClock, Processor
+from workers.stream.standby import Standbys
 from workers.stream.state_owner import StateOwner
 from workers.stream.store_memory import StoreMemory
 from workers.stream.takeover import on_assigned
@@ -108,13 +113,19 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
     import faust
 
     PromptTableManager = prompt_table_manager()
+    datadir = local_state.deployment_dir(ws.state_dir, ks.topic_prefix, ws.app_id)
+    # the worker's name in the group is its transactional id: the group's members then say
+    # whose transactions are alive (workers.stream.fencing, workers.stream.standby)
+    name = worker_transactional_id(ks.topic_prefix + ws.app_id, ws.instance_id, datadir)
     inbox = Inbox(ks.topic(CONFIRMATIONS), maxsize=2 * ws.max_batch, control=ks.topic(CONTROL))
+    warm: list[Callable[[], set[int]]] = [set]  # the standbys' warm partitions, once they exist
     app = faust.App(
         ks.topic_prefix + ws.app_id,
         broker=";".join(f"kafka://{h.strip()}" for h in ks.bootstrap.split(",")),
         broker_credentials=credentials(ks),
         # per deployment, so that two never share a store (workers.stream.local_state)
-        datadir=local_state.deployment_dir(ws.state_dir, ks.topic_prefix, ws.app_id),
+        datadir=datadir,
+        broker_client_id=name,
         topic_partitions=ws.partitions,
         topic_replication_factor=ks.replication_factor or 1,
         # every topic is declared in topics.yaml and checked before faust starts (check_topics):
@@ -136,6 +147,16 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         broker_max_poll_records=ws.max_batch,
         ConsumerScheduler=scheduler_for(inbox),
         TableManager=PromptTableManager,
+        # standbys of the input's partitions, placed by faust's assignor, kept warm by the
+        # worker (workers.stream.standby); moves wait for them (adapter.warm_assignor). At
+        # least 1 even without standbys: at 0 (and no faust table) faust's consumer falls back
+        # to aiokafka's round-robin assignor, which gives the input's and transcript.control's
+        # partitions to members independently (a control record then meets a store that is not
+        # open: exit 70); faust's copartitions them
+        table_standby_replicas=max(1, ws.standby_replicas),
+        **({"PartitionAssignor": warm_assignor(inbox.topic, (ks.topic(CONTROL),),
+                                               lambda: warm[0]())}
+           if ws.standby_replicas else {}),
     )
     input_topic(app, inbox)
     exactly_once = ws.processing_guarantee == "exactly_once"
@@ -159,8 +180,7 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         inbox.nudge()
     transactions = checkpoints = member = positions = None
     if exactly_once:
-        transactions = BatchTransactions(new_producer, worker_transactional_id(
-            app.conf.id, ws.instance_id, app.conf.datadir), ws.transaction_version)
+        transactions = BatchTransactions(new_producer, name, ws.transaction_version)
         metrics.transactions = lambda: transactions.results
         metrics.transaction_version = lambda: transactions.version
 
@@ -172,9 +192,18 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
                                    ws.checkpoint_keep, ws.checkpoint_keys_per_batch)
         positions = PositionKeeper(ks.topic(ENTRIES))
         metrics.positions = positions.lag
+    def standby_partitions() -> tuple[set[int], set[int]]:
+        tps = app.assignor.assigned_standbys() if ws.standby_replicas else ()
+        return ({tp.partition for tp in tps if tp.topic == inbox.topic},
+                {tp.partition for tp in tps if tp.topic == warm_up_topic(inbox.topic)})
+
+    standbys = Standbys(ks, state, app.conf.id, standby_partitions,
+                        lambda: request_rejoin(app))
+    warm[0] = lambda: standbys.warm
+    metrics.standbys = standbys.lag
     on_assigned(app, ks, transactions, inbox.topic, inbox.topics, ks.topic(DIAGNOSTICS), state,
                 metrics, health, checkpoints, settle_timeout_s=ws.transaction_timeout_s + 30,
-                moves=moves)
+                moves=moves, standbys=standbys)
     processor = Processor(
         app, inbox, state, owner,
         {name: ks.topic(name) for name in (CONFIRMATIONS, ENTRIES, DIAGNOSTICS, DLQ, ERASURES)},
@@ -207,7 +236,7 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
             log.info("outcomes so far: %s; inbox high-water %d",
                      dict(sorted(owner.counts.items())), inbox.high_water)
 
-    return app, state
+    return app, state, standbys
 
 
 def gauges_reader(app, inbox: Inbox, owner: StateOwner, health: Health,  # noqa: ANN001, ANN201
@@ -297,7 +326,7 @@ def run(args: argparse.Namespace) -> int:
         from faust import Worker
 
         metrics = Metrics()
-        app, state = build_app(ks, ws, counts, http_socket, metrics, moves)
+        app, state, standbys = build_app(ks, ws, counts, http_socket, metrics, moves)
         tabledir = Path(app.conf.tabledir)
         tabledir.mkdir(parents=True, exist_ok=True)
         local_state.warn_legacy_layout(ws.state_dir, Path(app.conf.datadir))
@@ -318,5 +347,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         worker.execute_from_commandline()  # ends in sys.exit with the worker's exit code
     finally:
-        state.close()  # the loop has stopped: no batch or restore is using a store
+        standbys.stop()  # the loop has stopped: no batch, restore or tail is using a store
+        state.close()
     return 0
