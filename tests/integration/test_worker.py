@@ -13,6 +13,7 @@ from tests.conftest import cli
 from tests.integration.harness import (
     Collector,
     group_of,
+    poll_until,
     replay_entries,
     wait_drained,
     wait_members,
@@ -182,8 +183,15 @@ def test_two_workers_split_partitions_and_write_what_one_would(ks, env, workers,
     # canonical keys only, so that input order is each session's partition order (as in replay)
     records = list(generate(4000, sessions_n=300, seed=11, legacy_rate=0.0))
     w1, w2 = workers("a"), workers("b")
-    # both have joined before the input arrives: it will be split between them
+    # both own partitions before the input arrives: it will be split between them (the one
+    # that joined second takes its partitions after warming standbys of them up)
     wait_members(kafka_bootstrap, group_of(env), 2, [w1, w2])
+
+    def owns(w) -> bool:  # noqa: ANN001
+        taken = re.findall(r"assigned input partitions \[([0-9, ]*)\]", w.log.read_text())
+        return bool(taken and taken[-1])
+
+    poll_until(lambda: owns(w1) and owns(w2), 120, [w1, w2], "both workers owning partitions")
 
     entries = collector(ks, ENTRIES)
     publish(ks, ks.topic(CONFIRMATIONS), records)
@@ -233,8 +241,11 @@ def test_a_takeover_that_waits_for_an_open_transaction_keeps_its_membership(ks, 
     changelog = changelog_topic(ks.topic_prefix, "transcript-owner", "sessions")
     group = group_of(env)
     loop = asyncio.new_event_loop()
+    # not a transactional id of the group (`<group>-...`): a departed worker's would be ended
+    # at once by the new owner (workers.stream.fencing); this one stands for a transaction the
+    # new owner cannot end, which it must wait for
     frozen = BatchTransactions(producer_factory(ks, group, transaction_timeout_s=60),
-                               f"{group}-frozen")
+                               f"{group}.frozen")
     loop.run_until_complete(frozen.start())
     loop.run_until_complete(frozen.producer.begin_transaction())
     loop.run_until_complete(send_all(frozen.producer, [(changelog, p, b"x", None, ())
