@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from transcript_connector.partitioning import partition_for
 
 from workers.core.layout import (
+    Homes,
     Layout,
     Move,
     check_move,
@@ -22,6 +25,7 @@ from workers.core.layout import (
     segments,
     split_state,
     state_session,
+    state_session_parsed,
 )
 from workers.core.outputs import entry_key
 from workers.core.state import CUTOVER_KEY, head_key, seen_key, ticket_key
@@ -137,6 +141,9 @@ def test_the_state_keys_of_a_session_move_together_and_the_cut_over_stays():
     (head_key("a#b"), "a#b"), (seen_key("k", "id"), "k"), (ticket_key("k", 3), "k"),
     (CUTOVER_KEY, None), (b'["x","k"]', None), (b"[not json", "[not json"),
     (b"\xff\xfe", None), (b"agent:main:x", "agent:main:x"),
+    (head_key('a"b\\c\n'), 'a"b\\c\n'), (head_key("ü:\u2028"), "ü:\u2028"),
+    (b'["h","k"', '["h","k"'), (b'["h","k"] ', "k"), (b'["e","k",-1]', "k"),
+    (b'["h","\xed\xa0\x80"]', "\ud800"), (b'["s","k",1.5]', "k"),
 ])
 def test_state_session(key, session):
     assert state_session(key) == session
@@ -147,3 +154,32 @@ def test_an_entry_goes_to_its_session_and_a_malformed_one_stays():
     assert entry_home(key, 2, 16) == partition_for("agent:main:discord:channel:9", 16)
     assert entry_home(b"garbage", 2, 16) == 2
     assert entry_home(None, 2, 16) == 2
+
+
+_TEXT = st.text(st.characters(codec="utf-8") | st.sampled_from('"\\\n\x00#:'), max_size=12)
+_PIECES = st.sampled_from([b'["h",', b'["s",', b'["e",', b'"', b",", b"]", b"[", b"\\", b" ",
+                           b"0", b"-1", b"07", b"\xed\xa0\x80", b"\xff", b'"k"', b"h"])
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.one_of(
+    st.builds(head_key, _TEXT),
+    st.builds(seen_key, _TEXT, _TEXT),
+    st.builds(ticket_key, _TEXT, st.integers(0, 2**70)),
+    st.lists(_PIECES, max_size=8).map(b"".join),
+    st.binary(max_size=24),
+))
+def test_the_plain_key_shortcut_gives_what_json_gives(key: bytes) -> None:
+    assert state_session(key) == state_session_parsed(key)
+
+
+def test_homes_are_the_partitioners_and_split_state_shares_them() -> None:
+    homes = Homes(16)
+    sessions = [f"agent:main:slack:channel:c{i}" for i in range(3000)]
+    assert [homes(s) for s in sessions] == [partition_for(s, 16) for s in sessions]
+    latest = {head_key(s): b"h" for s in sessions if partition_for(s, 8) == 3}
+    assert split_state(latest, 3, 16, homes) == split_state(latest, 3, 16)
+    for s in sessions[:50]:
+        key = entry_key(s, 1)
+        assert entry_home(key, 3, 16, homes) == entry_home(key, 3, 16) == partition_for(s, 16)
+    assert split_state(latest, 3, 32, homes) == split_state(latest, 3, 32)  # not its count

@@ -458,3 +458,38 @@ def test_one_worker_keeps_no_standby_however_many_are_asked_for() -> None:
     three = plan(Workload(sessions=10_000, sends_per_session_day=20, workers=3,
                           standby_replicas=5), MEASURED)
     assert _figure(three, "deployment: standbys per partition") == 2
+
+
+# ---- a growth step (issue 44, item 4) ----
+
+def test_a_growth_step_costs_its_move_and_the_restart() -> None:
+    """The pause of `repartition` to twice the partitions: every live state key and entry
+    record moved at the measured rate, then each worker's restore of its share."""
+    c = MEASURED
+    w = Workload(sessions=100_000, sends_per_session_day=20, partitions=16, workers=4)
+    f = figures(w)
+    keys = f["deployment: state keys"]
+    entries = 100_000 * 20 * c.written_share * w.history_days
+    assert f["deployment: a growth step's pause"] == pytest.approx(
+        (keys + entries) / c.move_records_per_s + keys / c.restore_records_per_s / 4)
+    # entries are never deleted: the step grows with the history a deployment keeps
+    assert figures(replace(w, history_days=30))["deployment: a growth step's pause"] < \
+        f["deployment: a growth step's pause"]
+
+
+def test_the_growth_constant_is_what_the_scale_test_measured() -> None:
+    """`make faults` (tests/faults/test_repartition_scale.py) writes its repartition of
+    1,000,000 sessions, 8 -> 16, to bench/results/repartition.json: the committed constant is
+    its rate within 25%, and that run left everything in place (audit clean, no stray)."""
+    run = json.loads((ROOT / "bench" / "results" / "repartition.json").read_text())
+    assert run["sessions"] >= 1_000_000 and (run["from"], run["to"]) == (8, 16)
+    assert run["audit_exit"] == 0 and run["strays"] == 0
+    rate = (2 * run["moved_state_keys"] + run["copied_entries"]) / run["command_s"]
+    assert abs(rate / run["move_records_per_s"] - 1) <= 0.01
+    assert abs(MEASURED.move_records_per_s / rate - 1) <= 0.25
+
+
+def test_a_constants_file_from_before_the_growth_constant_still_loads() -> None:
+    old = {k: v for k, v in MEASURED.to_dict().items() if k != "move_records_per_s"}
+    assert Constants.from_dict(old, "old").move_records_per_s == \
+        Constants.__dataclass_fields__["move_records_per_s"].default

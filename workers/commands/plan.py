@@ -24,6 +24,8 @@ from pathlib import Path
 
 from workers.core.capacity import (
     MAX_PARTITIONS,
+    MOVE_MEASURED_AT,
+    MOVE_RECORDS_PER_S,
     Constants,
     Figure,
     Retentions,
@@ -37,10 +39,13 @@ from workers.topics import load_topics, topics_file
 # `make bench` on this project's 2-core machine (bench/capacity.py; its `capacity.constants`),
 # but for the drain and the memory: those come from `make bench-scale` (bench/scale.py), one
 # exactly-once worker at 1,000,000 sessions on 64 partitions, what a deployment plan sizes looks
-# like (the bench's 2,000 sessions on 8 partitions drain twice as fast: issue 43)
+# like (the bench's 2,000 sessions on 8 partitions drain twice as fast: issue 43); and for a
+# growth step's move: `make faults`' repartition of 1,000,000 sessions from 8 to 16 partitions
+# (tests/faults/test_repartition_scale.py, bench/results/repartition.json)
 MEASURED = Constants(
     worker_records_per_s=11_375.0,
     worker_peak_rss_mb=352.0,
+    move_records_per_s=MOVE_RECORDS_PER_S,
     restore_records_per_s=267_500.0,
     checkpoint_keys_per_s=685_200.0,
     head_bytes=195.1,
@@ -56,7 +61,8 @@ MEASURED = Constants(
     dead_letter_record_bytes=307.7,
     changelog_record_bytes=137.9,
     source="make bench 2026-12-04T03:03:51Z; drain and memory: make bench-scale "
-           "2026-12-05T06:51Z and 07:06Z (the mean of the two); 2 cores",
+           "2026-12-05T06:51Z and 07:06Z (the mean of the two); growth: make faults "
+           f"{MOVE_MEASURED_AT}; 2 cores",
 )
 
 

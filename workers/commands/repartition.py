@@ -16,7 +16,9 @@ publishing; each step can be run again, so a kill -9 at any point is completed b
            per key, tombstones too) is copied, in offset order, to its session's partition
            under N, p included (p's last position record stays in p, after the entries it
            covers: DESIGN 1.3); and the marker `move/P-N/p` with p's old end offset. A rerun
-           skips a partition with its marker; an aborted transaction left nothing.
+           skips a partition with its marker; an aborted transaction left nothing. `--parallel`
+           old partitions at a time, each in a process with a transactional producer of its
+           own (workers/commands/repartition_move.py, which says why).
 4. trim    the entries' old records go: DeleteRecords below each marker's offset (refused on a
            compact-only topic, so cleanup.policy is compact,delete meanwhile; retention stays
            infinite). Readers find every entry of a session, old and new, in its new partition.
@@ -48,8 +50,14 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from transcript_connector.entries_topic import parse_position_key
-
+from workers.commands.repartition_move import (
+    PARALLEL,
+    Task,
+    fence,
+    legacy_transactional_id,
+    move_partitions,
+    transactional_id,
+)
 from workers.core.checkpoint_format import CHECKPOINTS
 from workers.core.errors import OwnerError
 from workers.core.layout import (
@@ -59,11 +67,7 @@ from workers.core.layout import (
     check_move,
     decode_layout,
     encode_move,
-    encode_moved,
-    entry_home,
     move_key,
-    moved_key,
-    split_state,
 )
 from workers.core.outputs import (
     CONFIRMATIONS,
@@ -75,7 +79,8 @@ from workers.core.outputs import (
 )
 from workers.settings import KafkaSettings, kafka_settings, worker_settings
 
-TRANSACTION_TIMEOUT_MS = 600_000  # one old partition's copy; the broker's maximum is 15 min
+MAX_PARALLEL = 64  # old partitions moved at once: a process each
+CONFIG_APPLIED_S = 30.0  # the longest trim waits for the brokers to apply `compact,delete`
 
 
 class MoveRefused(OwnerError):
@@ -88,6 +93,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wait-empty", type=float, default=60.0, metavar="SECONDS",
                         help="wait this long for the workers' group to have no member "
                              "(static members leave after their session timeout; default 60)")
+    parser.add_argument("--parallel", type=_parallel, default=PARALLEL, metavar="K",
+                        help="old partitions moved at once, a process each (1 to "
+                             f"{MAX_PARALLEL}; default {PARALLEL}: measured best on 2 cores "
+                             "beside the broker; about one more than this machine's cores)")
+
+
+def _parallel(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 1 <= value <= MAX_PARALLEL:
+        raise argparse.ArgumentTypeError(f"{value} is out of range (1 to {MAX_PARALLEL})")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -96,8 +115,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         Mover(ks, ks.topic_prefix + ws.app_id,
-              changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS), say).run(
-                  args.partitions, args.wait_empty)
+              changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS), say,
+              parallel=args.parallel).run(args.partitions, args.wait_empty)
     except MoveRefused as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -116,10 +135,10 @@ class Mover:
     """The five steps against one cluster; `say` prints what is done."""
 
     def __init__(self, ks: KafkaSettings, group: str, changelog: str,
-                 say: Callable[[str], None]) -> None:
+                 say: Callable[[str], None], parallel: int = PARALLEL) -> None:
         from kafka.admin import KafkaAdminClient
 
-        self.ks, self.group, self.say = ks, group, say
+        self.ks, self.group, self.say, self.parallel = ks, group, say, parallel
         self.input, self.control = ks.topic(CONFIRMATIONS), ks.topic(CONTROL)
         self.entries, self.layout_topic = ks.topic(ENTRIES), ks.topic(LAYOUT)
         self.changelog = changelog
@@ -318,76 +337,33 @@ class Mover:
     # --- 3. move ------------------------------------------------------------------------
 
     def _move_partitions(self, move: Move, wait_empty: float) -> Move:
-        from kafka import KafkaProducer
-
+        """Every old partition not yet moved, `parallel` at a time (repartition_move). First
+        the transactions a dead run left open are ended (fence), then the layout is read again
+        for what is done: a read_committed reader stops at the first open transaction, and a
+        dead task's marker in flight would hide the markers other tasks committed after it."""
         todo = [p for p in range(move.old) if p not in move.moved]
         if not todo:
             return move
-        producer = KafkaProducer(
-            **self.ks.kafka_python_kwargs(), acks="all", enable_idempotence=True,
-            transactional_id=f"{self.group}-repartition",
-            transaction_timeout_ms=TRANSACTION_TIMEOUT_MS, linger_ms=20,
-            batch_size=512 * 1024, max_request_size=4 * 1024 * 1024)
+        fence(self.ks, [legacy_transactional_id(self.group),
+                        *(transactional_id(self.group, p) for p in todo)])
+        move = self._reread(move)
+        todo = [p for p in range(move.old) if p not in move.moved]
+        tasks = [Task(self.ks, self.group, self.changelog, self.entries, self.layout_topic,
+                      move.old, move.new, p) for p in todo]
         ends = dict(move.entries_ends)
-        try:
-            producer.init_transactions()  # fences a killed run's producer, aborts its copy
-            for p in todo:
-                self._still_stopped(move, wait_empty)
-                ends[p] = self._move_partition(producer, move, p)
-        finally:
-            producer.close()
+        ends.update(move_partitions(tasks, self.parallel,
+                                    lambda: self._still_stopped(move, wait_empty), self.say))
         return Move(move.old, move.new, move.input_offsets, move.control_offsets,
-                    move.begun_at, move.done_at, frozenset(range(move.old)), ends)
+                    move.begun_at, move.done_at, frozenset(ends), ends)
 
-    def _move_partition(self, producer: Any, move: Move, p: int) -> int:
-        from kafka import TopicPartition
-
-        from workers.kafka_io import consumer, read
-
-        t = time.monotonic()
-        latest: dict[bytes, bytes] = {}
-        for r in read(self.ks, self.changelog, partitions=[p]):
-            if r.key is None:
-                continue
-            if r.value is None:
-                latest.pop(r.key, None)
-            else:
-                latest[r.key] = r.value
-        moving = split_state(latest, p, move.new)
-        del latest
-        c = consumer(self.ks)
-        try:
-            tp = TopicPartition(self.entries, p)
-            end = c.end_offsets([tp])[tp]
-        finally:
-            c.close()
-        last: dict[bytes | None, int] = {}  # the last record of each key: what compaction keeps
-        for r in read(self.ks, self.entries, partitions=[p]):
-            if r.offset < end:
-                last[r.key] = r.offset
-        producer.begin_transaction()
-        keys = 0
-        for q, state in sorted(moving.items()):
-            for key, value in state.items():
-                producer.send(self.changelog, key=key, value=value, partition=q)
-                producer.send(self.changelog, key=key, value=None, partition=p)
-                keys += 1
-        copied = 0
-        for r in read(self.ks, self.entries, partitions=[p]):
-            if r.offset >= end or last.get(r.key) != r.offset:
-                continue
-            producer.send(self.entries, key=r.key, value=r.value,
-                          headers=list(r.headers or ()),
-                          partition=entry_home(r.key, p, move.new))
-            # p's position record (DESIGN 1.3) is copied too, in p, after the entries it
-            # covers, so the trim below leaves p a position; it is no entry
-            copied += parse_position_key(r.key) is None
-        producer.send(self.layout_topic, key=moved_key(move.old, move.new, p),
-                      value=encode_moved(move.old, move.new, p, end, copied, keys), partition=0)
-        producer.commit_transaction()
-        self.say(f"move: partition {p}: {keys} state keys, {copied} entries "
-                 f"({time.monotonic() - t:.1f} s)")
-        return end
+    def _reread(self, move: Move) -> Move:
+        """`move` as transcript.layout has it now (its partitions' markers)."""
+        found = next((m for m in self._layout().moves
+                      if (m.old, m.new) == (move.old, move.new)), None)
+        if found is None:
+            raise MoveRefused(f"{self.layout_topic} lost the move {move.old} -> {move.new}: "
+                              "it is written only by `repartition`; ask who changed it")
+        return found
 
     # --- 4. trim ------------------------------------------------------------------------
 
@@ -399,12 +375,31 @@ class Mover:
                                   configs={"cleanup.policy": "compact,delete"})
         self.admin.alter_configs([resource])
         try:
-            self.admin.delete_records({TopicPartition(self.entries, p): end
-                                       for p, end in sorted(move.entries_ends.items())})
+            self._delete_below({TopicPartition(self.entries, p): end
+                                for p, end in sorted(move.entries_ends.items())})
         finally:
             self.admin.alter_configs([ConfigResource(
                 ConfigResourceType.TOPIC, self.entries, configs={"cleanup.policy": "compact"})])
         self.say(f"trim: {self.entries} partitions 0-{move.old - 1} start at their copies")
+
+    def _delete_below(self, offsets: dict[Any, int]) -> None:
+        """DeleteRecords. A broker refuses it (PolicyViolation) until it has applied the topic's
+        `compact,delete`, which reaches it shortly after AlterConfigs returns (seen under load
+        in tests/integration/test_repartition.py): retried for a while, as no event says when
+        a broker applied a topic's config."""
+        from kafka.errors import BrokerResponseError, PolicyViolationError
+
+        deadline = time.monotonic() + CONFIG_APPLIED_S
+        while True:
+            try:
+                self.admin.delete_records(offsets)
+                return
+            except BrokerResponseError as exc:
+                policy = isinstance(exc, PolicyViolationError) \
+                    or PolicyViolationError.__name__ in str(exc)
+                if not policy or time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.2)
 
     def _write(self, records: dict[bytes, bytes]) -> None:
         from workers.kafka_io import producer

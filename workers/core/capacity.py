@@ -35,6 +35,12 @@ MAX_PARTITIONS = 10_000
 # multiple); the largest within MAX_PARTITIONS.
 MAX_CHOSEN_PARTITIONS = 1 << (MAX_PARTITIONS.bit_length() - 1)  # 8,192
 MIB = 1024 * 1024
+# `repartition` at 1,000,000 sessions from 8 to 16 partitions (make faults, its default
+# --parallel, bench/results/repartition.json): the deployment's live state keys and entry records
+# per second of the command, the mean of two runs on a quiet machine (199,266 and 182,868);
+# Constants.move_records_per_s's default, so older files load
+MOVE_RECORDS_PER_S = 191_000.0
+MOVE_MEASURED_AT = "2026-12-05"
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,10 @@ class Constants:
     # which bound it whatever the sessions and partitions (docs/configuration.md, "Memory");
     # a constants file without it (before issue 43) takes this default
     worker_peak_rss_mb: float = 330.0
+    # `make faults` (tests/faults/test_repartition_scale.py: 1,000,000 sessions, 8 -> 16): state
+    # keys and live entry records `repartition` moves a second, with its default --parallel;
+    # a constants file without it (before issue 44) takes the measured figure
+    move_records_per_s: float = MOVE_RECORDS_PER_S
     source: str = "unknown"  # the run they come from
 
     @classmethod
@@ -131,7 +141,7 @@ _SHARE = (0.0, 1.0, "each input record has one outcome")
 # Each constant's range: finite figures for every workload plan accepts (a rate of 1e-300 made
 # an unnamed OverflowError, a size of 1e308 printed Infinity as JSON), and values a bench run
 # can give at all.
-OPTIONAL_CONSTANTS = frozenset({"worker_peak_rss_mb"})
+OPTIONAL_CONSTANTS = frozenset({"worker_peak_rss_mb", "move_records_per_s"})
 CONSTANT_RANGES: dict[str, tuple[float, float, str]] = {
     "worker_records_per_s": _RATE,
     "restore_records_per_s": _RATE,
@@ -149,6 +159,7 @@ CONSTANT_RANGES: dict[str, tuple[float, float, str]] = {
     "diagnostic_record_bytes": _BYTES,
     "dead_letter_record_bytes": _BYTES,
     "changelog_record_bytes": _BYTES,
+    "move_records_per_s": _RATE,
     "worker_peak_rss_mb": (1.0, 1e6, "a worker process of less than 1 MB, or more than a "
                            "terabyte, is a broken measurement"),
 }
@@ -288,9 +299,16 @@ def plan(w: Workload, c: Constants, r: Retentions = Retentions()) -> list[Figure
         "worker_peak_rss_mb (bounded by the memory settings, not by sessions or partitions; "
         "the pod's request, and its limit with room for a restore's batches: x 1.5)",
         "worker_peak_rss_mb")
-    add(dep, "a worker's restore", keys / c.restore_records_per_s / workers, "s",
-        "state keys / restore_records_per_s / workers (a new machine: no local state)",
-        "restore_records_per_s")
+    restore = add(dep, "a worker's restore", keys / c.restore_records_per_s / workers, "s",
+                  "state keys / restore_records_per_s / workers (a new machine: no local "
+                  "state)", "restore_records_per_s")
+    live_entries = records_day * c.written_share * w.history_days
+    add(dep, "a growth step's pause", (keys + live_entries) / c.move_records_per_s + restore,
+        "s", "(state keys + sessions x sends_per_session_day x written_share x history_days "
+        "live entry records) / move_records_per_s + a worker's restore: `repartition` to "
+        "twice the partitions with the workers stopped copies every live entry, and the "
+        "restarted workers apply the moved state (copies and tombstones)",
+        "move_records_per_s", "written_share", "restore_records_per_s")
 
     p_keys = add(part, "state keys", keys / partitions, "keys", "state keys / partitions")
     p_bytes = add(part, "state bytes", state_bytes / partitions, "bytes",
@@ -353,5 +371,6 @@ def _power_of_two(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-__all__ = ["CONSTANT_RANGES", "MAX_CHOSEN_PARTITIONS", "MAX_PARTITIONS", "Constants", "Figure",
-           "Fit", "Retentions", "Workload", "fit", "plan", "state_keys"]
+__all__ = ["CONSTANT_RANGES", "MAX_CHOSEN_PARTITIONS", "MAX_PARTITIONS", "MOVE_MEASURED_AT",
+           "MOVE_RECORDS_PER_S", "Constants", "Figure", "Fit", "Retentions", "Workload", "fit",
+           "plan", "state_keys"]
