@@ -19,9 +19,9 @@ from workers.core.outputs import CONFIRMATIONS, ENTRIES, changelog_topic
 from workers.kafka_io import consumer, read
 from workers.settings import kafka_settings
 from workers.stream import clients, local_state
+from workers.stream.adapter import GroupMember
 from workers.stream.batch_send import send_all
 from workers.stream.clients import offsets_reader, producer_factory
-from workers.stream.producer_protocol import GroupMember
 from workers.stream.transactions import BatchTransactions, Overtaken
 
 pytestmark = pytest.mark.kafka

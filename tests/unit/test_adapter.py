@@ -1,8 +1,7 @@
-"""workers/stream/adapter.py and producer_protocol.py (the adapter's two modules): the KIP-447
-request is what Kafka's schema says (byte for byte the encoding of kafka-python's generated
-TxnOffsetCommitRequest v3), and a canary per private name of faust, mode and aiokafka the
-adapter uses: a version that removed one fails here, naming it. And no module but the adapter's
-two names one of them (a reintroduction fails with its file and line)."""
+"""workers/stream/adapter.py: the KIP-447 request is what Kafka's schema says (byte for byte the
+encoding of kafka-python's generated TxnOffsetCommitRequest v3), and a canary per private name
+of faust, mode and aiokafka the adapter uses: a version that removed one fails here, naming it.
+And no module but the adapter names one of them (a reintroduction fails with its file and line)."""
 
 from __future__ import annotations
 
@@ -15,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from workers.stream import adapter, producer_protocol
-from workers.stream.producer_protocol import FENCING_ERRORS, GroupMember
+from workers.stream import adapter
+from workers.stream.adapter import FENCING_ERRORS, GroupMember
 
 
 def test_a_group_member_is_its_group_id_to_aiokafka():
@@ -30,7 +29,7 @@ def test_a_group_member_is_its_group_id_to_aiokafka():
 def test_the_v3_request_encodes_as_kafka_schema_says(instance):
     from kafka.protocol.producer.transaction import TxnOffsetCommitRequest as Reference
 
-    request = producer_protocol._kip447_request()(
+    request = adapter._kip447_request()(
         "p.app-w1", 4711, 3, GroupMember("p.app", 9, "m-1", instance),
         [("in", [(0, 10, ""), (5, 99, "")]), ("control", [(5, 2, "")])])
     struct = request.prepare({28: (0, 5)})
@@ -52,7 +51,7 @@ def test_the_v3_response_decodes_kafka_encoding():
     T = Reference.TxnOffsetCommitResponseTopic
     raw = Reference(throttle_time_ms=0, topics=[T(name="in", partitions=[
         T.TxnOffsetCommitResponsePartition(partition_index=3, error_code=22)])]).encode(version=3)
-    request = producer_protocol._kip447_request()("t", 1, 0, GroupMember("g", 1, "m", None), [])
+    request = adapter._kip447_request()("t", 1, 0, GroupMember("g", 1, "m", None), [])
     response = request.prepare({28: (0, 5)}).RESPONSE_TYPE.decode(BytesIO(raw))
     assert [(n, [(p, c) for p, c, _ in parts]) for n, parts, _ in response.topics] == [
         ("in", [(3, 22)])]
@@ -277,9 +276,7 @@ def test_canary_mode_worker_schedules_its_shutdown_on_each_signal():
 # --- no module but the adapter names a private name of faust, mode or aiokafka ---------------
 
 ROOT = Path(__file__).resolve().parents[2]
-# the adapter: faust's and mode's hooks, and what aiokafka's producer is taught
-ADAPTER = (ROOT / "workers" / "stream" / "adapter.py",
-           ROOT / "workers" / "stream" / "producer_protocol.py")
+ADAPTER = ROOT / "workers" / "stream" / "adapter.py"
 PRIVATE_NAMES = (
     # faust
     "_update_channels", "_create_worker_consumer", "_new_consumer_thread", "_commit", "_thread",
@@ -302,7 +299,7 @@ HOOKS = re.compile(r"\.on_rebalance\s*=(?!=)|\btransport\.Consumer\b")
 def test_no_module_but_the_adapter_names_a_private_name_of_faust_mode_or_aiokafka():
     found = []
     for path in sorted((ROOT / "workers").rglob("*.py")):
-        if path in ADAPTER:
+        if path == ADAPTER:
             continue
         for number, line in enumerate(path.read_text("utf-8").splitlines(), 1):
             for match in (*NAME.finditer(line), *HOOKS.finditer(line)):
@@ -310,10 +307,9 @@ def test_no_module_but_the_adapter_names_a_private_name_of_faust_mode_or_aiokafk
                              f"{line.strip()}")
     assert not found, (
         "a private name (or instance hook) of faust, mode or aiokafka outside "
-        "workers/stream/adapter.py and producer_protocol.py; give the adapter a function for "
-        "it, with a canary here:\n"
+        "workers/stream/adapter.py; give the adapter a function for it, with a canary here:\n"
         + "\n".join(found))
-    source = "".join(path.read_text("utf-8") for path in ADAPTER)
+    source = ADAPTER.read_text("utf-8")
     assert not [n for n in PRIVATE_NAMES if n not in source], "a name the adapter no longer uses"
 
 
@@ -332,7 +328,7 @@ def test_canary_aiokafka_waits_backoff_override_after_concurrent_transactions():
 # --- transactions v2 (KIP-890): the requests as Kafka's schemas say, and what they change ------
 
 def _v2(name: str):
-    return producer_protocol._v2_requests()[name]
+    return adapter._v2_requests()[name]
 
 
 def test_the_produce_v12_request_encodes_as_kafka_schema_says():
@@ -382,7 +378,7 @@ def _produce_handler(batches: dict, txn_manager=None):
 
     from aiokafka.producer import sender
 
-    cls = producer_protocol._produce_v2_handler(sender.SendProduceReqHandler)
+    cls = adapter._produce_v2_handler(sender.SendProduceReqHandler)
     return cls(SimpleNamespace(client=None, _retry_backoff=0.1, _txn_manager=txn_manager,
                                _acks=-1, _request_timeout_ms=30000), batches)
 
@@ -406,14 +402,14 @@ def test_a_produce_v12_meeting_the_last_transactions_markers_is_asked_again_soon
     batch = _Batch()
     handler = _produce_handler({TopicPartition("out", 3): batch}, txn_manager=object())
     handler.handle_response(struct.RESPONSE_TYPE.decode(BytesIO(_produce_response(
-        (3, producer_protocol.CONCURRENT_TRANSACTIONS, -1)))))
+        (3, adapter.CONCURRENT_TRANSACTIONS, -1)))))
     assert batch.calls == [] and handler._to_reenqueue == [batch]  # aiokafka would fail it
-    assert handler._default_backoff == producer_protocol.CONCURRENT_TRANSACTIONS_BACKOFF_S
+    assert handler._default_backoff == adapter.CONCURRENT_TRANSACTIONS_BACKOFF_S
 
     other = _Batch()  # any other refusal fails the batch (and so the transaction), as in v1
     handler = _produce_handler({TopicPartition("out", 3): other}, txn_manager=object())
     handler.handle_response(struct.RESPONSE_TYPE.decode(BytesIO(_produce_response(
-        (3, producer_protocol.TRANSACTION_ABORTABLE, -1)))))
+        (3, adapter.TRANSACTION_ABORTABLE, -1)))))
     assert other.calls and other.calls[0][0] == "failure" and handler._to_reenqueue == []
 
 
@@ -436,7 +432,7 @@ def _v2_manager():
     from aiokafka.producer.transaction_manager import TransactionManager
 
     txn = TransactionManager("p.app-w1", 60000)
-    txn.__class__ = producer_protocol._manager_v2(TransactionManager)
+    txn.__class__ = adapter._manager_v2(TransactionManager)
     return txn
 
 
@@ -490,7 +486,7 @@ def test_end_txn_v5_gives_the_next_transaction_its_epoch_and_fresh_sequences():
     txn.maybe_add_partition_to_txn(tp)
     txn.increment_sequence_number(tp, 5)
     txn.committing_transaction()
-    handler = producer_protocol._end_txn_v2_handler(sender.EndTxnHandler)(
+    handler = adapter._end_txn_v2_handler(sender.EndTxnHandler)(
         SimpleNamespace(_retry_backoff=0.1, _txn_manager=txn), 1)
     assert handler.create_request().prepare({26: (0, 5)}).API_VERSION == 5
     struct = _v2("end_txn")("t", 1, 0, True).prepare({26: (0, 5)})
@@ -520,7 +516,7 @@ def test_a_v1_producer_keeps_aiokafkas_own_requests():
 
     txn = TransactionManager("t", 60000)
     txn.set_pid_and_epoch(1, 0)
-    end = producer_protocol._end_txn_v2_handler(sender.EndTxnHandler)(
+    end = adapter._end_txn_v2_handler(sender.EndTxnHandler)(
         SimpleNamespace(_retry_backoff=0.1, _txn_manager=txn), 1)
     assert type(end.create_request()).__module__.startswith("aiokafka")
     produce = _produce_handler({}, txn_manager=txn)
@@ -549,11 +545,10 @@ def test_the_api_versions_v3_answer_gives_the_finalized_features():
                 R.FinalizedFeatureKey(name="transaction.version", max_version_level=2,
                                       min_version_level=2)]).encode(version=3)
     answer = struct.RESPONSE_TYPE.decode(BytesIO(raw))
-    assert producer_protocol.finalized_features(answer.tags) == {"metadata.version": 27,
+    assert adapter.finalized_features(answer.tags) == {"metadata.version": 27,
                                                        "transaction.version": 2}
     none = R(error_code=0, api_keys=[], throttle_time_ms=0).encode(version=3)
-    tags = struct.RESPONSE_TYPE.decode(BytesIO(none)).tags
-    assert producer_protocol.finalized_features(tags) == {}
+    assert adapter.finalized_features(struct.RESPONSE_TYPE.decode(BytesIO(none)).tags) == {}
 
 
 def test_canary_aiokafka_sender_looks_its_produce_and_end_txn_handlers_up_by_name():
@@ -623,7 +618,7 @@ def test_under_v2_the_offsets_go_as_txn_offset_commit_v5_and_its_refusals_are_an
 
     member = GroupMember("p.app", 9, "m-1", None)
     offsets = {TopicPartition("in", 3): OffsetAndMetadata(10, "")}
-    handler_class = producer_protocol._kip447_handler(sender.TxnOffsetCommitHandler)
+    handler_class = adapter._kip447_handler(sender.TxnOffsetCommitHandler)
 
     def handler(txn):
         return handler_class(SimpleNamespace(_retry_backoff=0.1, _txn_manager=txn),
@@ -654,12 +649,11 @@ def test_under_v2_the_offsets_go_as_txn_offset_commit_v5_and_its_refusals_are_an
     assert (plain.group_id, plain.generation_id, plain.member_id) == ("p.simple", -1, "")
 
     # the last transaction's markers are still being written: asked again soon, not in 100 ms
-    for code in (producer_protocol.CONCURRENT_TRANSACTIONS,
-                 producer_protocol.COORDINATOR_LOAD_IN_PROGRESS):
+    for code in (adapter.CONCURRENT_TRANSACTIONS, adapter.COORDINATOR_LOAD_IN_PROGRESS):
         assert handler(txn).handle_response(answer(code)) == \
-            producer_protocol.CONCURRENT_TRANSACTIONS_BACKOFF_S
+            adapter.CONCURRENT_TRANSACTIONS_BACKOFF_S
         assert not future.done()
     # TRANSACTION_ABORTABLE: the offsets' future fails, so the transaction aborts
-    assert handler(txn).handle_response(answer(producer_protocol.TRANSACTION_ABORTABLE)) is None
-    with pytest.raises(producer_protocol.TransactionAbortable):
+    assert handler(txn).handle_response(answer(adapter.TRANSACTION_ABORTABLE)) is None
+    with pytest.raises(adapter.TransactionAbortable):
         future.result()

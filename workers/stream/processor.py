@@ -55,13 +55,13 @@ from workers.core.owner import Owner, apply, record_clock
 from workers.ops.health import Health
 from workers.ops.metrics import Metrics
 from workers.stream import heap
+from workers.stream.adapter import GroupMember
 from workers.stream.batch_send import Record, send_all
 from workers.stream.checkpoints import Checkpointer
 from workers.stream.clients import OffsetsReader
 from workers.stream.ingest import Inbox
 from workers.stream.local_state import OFFSET_KEY
 from workers.stream.positions import GapWatch, PositionKeeper
-from workers.stream.producer_protocol import GroupMember
 from workers.stream.session_store import SessionStore
 from workers.stream.state_owner import StateOwner
 from workers.stream.transactions import BatchTransactions, Overtaken
@@ -71,8 +71,7 @@ EXIT_FATAL = 70
 SWEEP_SHARE = 4  # a batch's upkeep slice (expiry, migration): a quarter as many stored keys
 _LARGE_GAP = 1000  # a skipped range this long is worth a warning (records lost to retention?)
 
-# the group member this worker is in a generation (its offsets' fence:
-# workers.stream.producer_protocol)
+# the group member this worker is in a generation (its offsets' fence: workers.stream.adapter)
 MemberOf = Callable[[int], GroupMember]
 
 

@@ -6,9 +6,8 @@ offsets of the input partitions and of transcript.control (`send_offsets_to_tran
 read_committed readers see all of it together, or none of it.
 
 Fencing (KIP-447, Kafka Streams' exactly_once_v2): the offsets go with the consumer's group
-generation and member id (workers.stream.producer_protocol, TxnOffsetCommit v3), so the group
-coordinator refuses them from a worker that lost its partitions in a rebalance, and that
-transaction aborts.
+generation and member id (workers.stream.adapter, TxnOffsetCommit v3), so the group coordinator
+refuses them from a worker that lost its partitions in a rebalance, and that transaction aborts.
 The transactional id is the worker's own (`<group>-<worker>`, stable across its restarts), so a
 restarted worker's first InitProducerId ends what its last incarnation left open. A partition's
 next owner reads the committed offsets require_stable (it waits for a pending transactional
@@ -34,14 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from workers.core.errors import OwnerError
-from workers.stream.batch_send import Record, send_all
-from workers.stream.producer_protocol import (
+from workers.stream.adapter import (
     GroupFenced,
     GroupMember,
     install_kip447,
     transaction_version,
     use_transactions_v2,
 )
+from workers.stream.batch_send import Record, send_all
 
 log = logging.getLogger("transcript_owner.transactions")
 

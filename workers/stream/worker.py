@@ -46,6 +46,7 @@ from workers.settings import (
 )
 from workers.stream import local_state
 from workers.stream.adapter import (
+    GroupMember,
     membership,
     on_first_stop_signal,
     prompt_table_manager,
@@ -58,7 +59,6 @@ from workers.stream.clients import offsets_reader, producer_factory
 from workers.stream.ingest import Inbox, input_topic, read_committed, scheduler_for
 from workers.stream.positions import GapProbe, GapWatch, PositionKeeper
 from workers.stream.processor import EXIT_FATAL, BatchClock, Processor
-from workers.stream.producer_protocol import GroupMember
 from workers.stream.standby import Standbys
 from workers.stream.state_owner import StateOwner
 from workers.stream.store_memory import StoreMemory
