@@ -64,8 +64,6 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
-from transcript_connector.entries_topic import parse_position_key
-
 from workers.core.errors import OwnerError
 from workers.core.layout import (
     Homes,
@@ -75,6 +73,7 @@ from workers.core.layout import (
     moved_key,
     split_state,
 )
+from workers.core.outputs import parse_entry_key
 from workers.settings import KafkaSettings
 
 TRANSACTION_TIMEOUT_MS = 600_000  # one old partition's copy; the broker's maximum is 15 min
@@ -376,8 +375,9 @@ async def _copy(consumer: Any, producer: Any, task: Task, began: float) -> Moved
             if not add(entries, q, r.key, r.value, headers):
                 await out.spill(entries, q, r.key, r.value, headers)
             # p's position record (DESIGN 1.3) is copied too, in p, after the entries it
-            # covers, so the trim leaves p a position; it is no entry
-            copied += q != p or parse_position_key(r.key) is None
+            # covers, so the trim leaves p a position. Entries are counted by their exact key
+            # (a record moved elsewhere had one: entry_home found its session)
+            copied += q != p or parse_entry_key(r.key) is not None
     await out.flush()
     marker = encode_moved(task.old, new, p, end, copied, keys)
     await (await producer.send(task.layout, marker, key=moved_key(task.old, new, p),
