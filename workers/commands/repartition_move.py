@@ -52,18 +52,16 @@ BUFFER_BYTES, its entries: memory grows with a partition's size, not with the de
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
 import multiprocessing
-import os
-import signal
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
+from workers import child_processes
 from workers.core.errors import OwnerError
 from workers.core.layout import (
     Homes,
@@ -177,9 +175,9 @@ def move_partitions(tasks: list[Task], parallel: int, check: Callable[[], None],
     ends: dict[int, int] = {}
     todo = list(tasks)
     failure: BaseException | None = None
-    context = multiprocessing.get_context("spawn")  # never fork the command's client threads
-    with ProcessPoolExecutor(max_workers=max(1, min(parallel, len(todo))), mp_context=context,
-                             initializer=_die_with, initargs=(os.getpid(),)) as pool:
+    # each task's process ends with the command: a kill -9 of the command leaves its tasks'
+    # transactions open until the rerun fences them, none commits behind the rerun
+    with child_processes.pool(min(parallel, len(todo))) as pool:
         running: dict[Future[Moved], int] = {}
         try:
             while todo or running:
@@ -224,24 +222,6 @@ def _outcome(future: Future[Moved], p: int) -> tuple[Moved | None, MoveFailed | 
     except _TaskError as exc:
         return None, MoveFailed(f"partition {p}: {exc} (nothing of it is moved: run the "
                                 "command again)")
-
-
-def _die_with(parent: int) -> None:
-    """In a task's process: end with the command. A kill -9 of the command then ends its tasks
-    too, their transactions open until the rerun fences them, rather than leaving them to
-    commit behind a rerun (Linux's PR_SET_PDEATHSIG; elsewhere a task outlives a killed
-    command, and the rerun's fence aborts its transaction or finds its marker). Ctrl-C is the
-    command's to handle: it ends them."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # a task's failure comes back to the command as its reason: its clients' logs are noise
-    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # the command ended before prctl: nobody to work for
-        os._exit(1)
 
 
 # --- a task, in its process -------------------------------------------------------------------
