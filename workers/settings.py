@@ -241,6 +241,7 @@ WORKER_ENV = {
     "TRANSCRIPT_HEAD_CACHE": "head_cache",
     "TRANSCRIPT_FETCH_BUFFER_MB": "fetch_buffer_mb",
     "TRANSCRIPT_STANDBY_REPLICAS": "standby_replicas",
+    "TRANSCRIPT_RESTORE_PROCESSES": "restore_processes",
 }
 
 
@@ -305,6 +306,9 @@ class WorkerSettings(BaseModel):
     # workers that keep each partition's state warm beside its owner (workers.stream.standby);
     # fewer while the group has fewer other members
     standby_replicas: int = Field(default=1, ge=0, le=16)
+    # processes a large restore is split over (workers.stream.restore_processes); each holds
+    # its stores' cache (TRANSCRIPT_STATE_CACHE_MB) while it runs. 1: the worker restores alone
+    restore_processes: int = Field(default=2, ge=1, le=64)
 
     def fetch_bytes_per_partition(self) -> int:
         share = self.fetch_buffer_mb * 1024 * 1024 // self.partitions

@@ -221,14 +221,24 @@ def test_due_ranges_say_what_each_store_lacks_and_why_a_store_is_stale():
     assert set(stale) == {3, 4}
 
 
+def _ops(records: list[tuple[int, bytes | None, bytes | None]], end: int
+         ) -> tuple[list[tuple[bytes, bytes | None]], int, int | None]:
+    ops: list[tuple[bytes, bytes | None]] = []
+    written, last = batch_ops([SimpleNamespace(offset=o, key=k, value=v) for o, k, v in records],
+                              end, lambda k, v: ops.append((k, v)),
+                              lambda k: ops.append((k, None)))
+    return ops, written, last
+
+
 def test_batch_ops_put_delete_in_log_order_up_to_the_end():
     records = [(5, b"a", b"1"), (6, b"b", b"2"), (7, b"a", None), (8, None, b"x"),
                (9, OFFSET_KEY, b"123"), (10, b"c", b"3"), (11, b"d", b"4")]
-    ops, last = batch_ops(records, end=11)
+    ops, written, last = _ops(records, end=11)
     assert ops == [(b"a", b"1"), (b"b", b"2"), (b"a", None), (b"c", b"3")]
+    assert written == 4
     assert last == 10  # the record at the end offset (11) is past what is restored
-    assert batch_ops([], end=5) == ([], None)
-    assert batch_ops([(5, b"a", b"1")], end=5) == ([], None)
+    assert _ops([], end=5) == ([], 0, None)
+    assert _ops([(5, b"a", b"1")], end=5) == ([], 0, None)
 
 
 class FailingReader:

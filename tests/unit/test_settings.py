@@ -146,6 +146,7 @@ NUMERIC = [
      10_000_000),
     ("TRANSCRIPT_FETCH_BUFFER_MB", worker_settings, "a whole number from 1 to 4096", 1, 4096),
     ("TRANSCRIPT_STANDBY_REPLICAS", worker_settings, "a whole number from 0 to 16", 0, 16),
+    ("TRANSCRIPT_RESTORE_PROCESSES", worker_settings, "a whole number from 1 to 64", 1, 64),
 ]
 
 

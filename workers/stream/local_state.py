@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from workers.core.errors import OwnerError
 from workers.stream.adapter import STORE_OFFSET_KEY, STORE_OWN_KEYS
@@ -127,21 +128,31 @@ def restore_range(persisted: int | None, start: int, end: int) -> tuple[int, int
     return (first, end) if first < end else None
 
 
-def batch_ops(records: Iterable[tuple[int, bytes | None, bytes | None]], end: int
-              ) -> tuple[list[tuple[bytes, bytes | None]], int | None]:
-    """Changelog records (offset, key, value), in log order, as a store's writes: (key, value)
-    to put, (key, None) to delete (a tombstone), in the same order; and the offset of the last
-    record taken. Records at or past `end`, without a key, or with faust's offset key are not
-    taken (as faust, a store applies up to the end it was restored to, and only table keys)."""
-    ops: list[tuple[bytes, bytes | None]] = []
+def batch_ops(records: Iterable[Any], end: int, put: Callable[[bytes, bytes], object],
+              delete: Callable[[bytes], object]) -> tuple[int, int | None]:
+    """Changelog records (with `offset`, `key` and `value`: aiokafka's), in log order, as a
+    store's writes, in the same order: `put(key, value)`, or `delete(key)` for a tombstone.
+    Returns how many it wrote and the offset of the last record taken. Records at or past
+    `end`, without a key, or with faust's offset key are not written (as faust, a store applies
+    up to the end it was restored to, and only table keys). One loop, no list between: a
+    restore runs it for every record."""
+    written = 0
     last = None
-    for offset, key, value in records:
+    for record in records:
+        offset = record.offset
         if offset >= end:
             break
         last = offset
-        if key is not None and key != OFFSET_KEY:
-            ops.append((key, value))
-    return ops, last
+        key = record.key
+        if key is None or key == OFFSET_KEY:
+            continue
+        value = record.value
+        if value is None:
+            delete(key)
+        else:
+            put(key, value)
+        written += 1
+    return written, last
 
 
 # ---- the shell: disk and cluster --------------------------------------------------------------
@@ -381,7 +392,9 @@ def due_ranges(changelog: Changelog, applied: Mapping[int, bytes | None]
     return due, stale
 
 
-def top_up(ks, topic: str, dbs: Mapping[int, object]) -> int:  # noqa: ANN001
+def top_up(ks, topic: str, dbs: Mapping[int, object],  # noqa: ANN001
+           elsewhere: Callable[[Mapping[int, tuple[int, int]]], int | None] | None = None
+           ) -> int:
     """Bring the open partition stores `dbs` up to their changelog's end as it is now; returns
     the records applied. The worker calls it (through StateOwner.restore) when it is assigned
     partitions, exactly-once once the last owners' transactions have ended (settle): the
@@ -393,13 +406,19 @@ def top_up(ks, topic: str, dbs: Mapping[int, object]) -> int:  # noqa: ANN001
     on an event loop of its own in this thread: its record batches are decoded in C,
     kafka-python's in Python. Measured here over 180,000 changelog records on 8 partitions:
     0.8-0.9 s against 2.0-2.6 s, the record decode being 80% of kafka-python's time
-    (docs/performance.md, "The restore on aiokafka")."""
+    (docs/performance.md, "The restore on aiokafka").
+
+    `elsewhere(due)`, given the changelog offsets [first, end) due by partition once they are
+    known and checked, may restore them itself and return the records applied (the state
+    owner's split over processes), or return None to have them read here."""
     if not dbs:
         return 0
-    return _on_own_loop(ks, _top_up(ks, topic, dbs))
+    return _on_own_loop(ks, _top_up(ks, topic, dbs, elsewhere))
 
 
-async def _top_up(ks, topic: str, dbs: Mapping[int, object]) -> int:  # noqa: ANN001
+async def _top_up(ks, topic: str, dbs: Mapping[int, object],  # noqa: ANN001
+                  elsewhere: Callable[[Mapping[int, tuple[int, int]]], int | None] | None
+                  ) -> int:
     from aiokafka import TopicPartition
 
     c = changelog_reader(ks, "transcript-owner-top-up")
@@ -414,6 +433,9 @@ async def _top_up(ks, topic: str, dbs: Mapping[int, object]) -> int:  # noqa: AN
         if stale:
             raise StaleState(sorted(stale), "; ".join(
                 f"partition {p}: {why}" for p, why in sorted(stale.items())))
+        if due and elsewhere is not None:  # c, assigned nothing, idles meanwhile
+            if (applied_there := elsewhere(due)) is not None:
+                return applied_there  # each store holds the offset it reached
         applied = await _copy(c, topic, due, dbs) if due else 0
     except LocalStateError:  # StaleState too
         raise
@@ -464,18 +486,13 @@ def apply(db, records, end: int) -> int:  # noqa: ANN001  (a store, aiokafka's r
     it."""
     import rocksdict
 
-    ops, last = batch_ops(((r.offset, r.key, r.value) for r in records), end)
+    wb = rocksdict.WriteBatch(raw_mode=True)
+    written, last = batch_ops(records, end, wb.put, wb.delete)
     if last is None:
         return 0
-    wb = rocksdict.WriteBatch(raw_mode=True)
-    for key, value in ops:
-        if value is None:
-            wb.delete(key)
-        else:
-            wb.put(key, value)
     wb.put(OFFSET_KEY, str(last).encode())  # in the batch: applied with it
     db.write(wb)
-    return len(ops)
+    return written
 
 
 def changelog_reader(ks, client_id: str, isolation_level: str = "read_committed"):  # noqa: ANN001, ANN201

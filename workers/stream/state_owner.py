@@ -27,7 +27,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from workers.stream import local_state
+from workers.stream import local_state, restore_processes
 from workers.stream.store_memory import StoreMemory, StoreOptions
 
 log = logging.getLogger("transcript_owner.state")
@@ -47,11 +47,15 @@ class StateOwner:
     """The open partition stores of one table, by input partition, and where each one stands."""
 
     def __init__(self, tabledir: Path, table: str, changelog: str,
-                 memory: StoreMemory = DEFAULT_MEMORY, stores: int = 8) -> None:
+                 memory: StoreMemory = DEFAULT_MEMORY, stores: int = 8,
+                 restore_processes: int = 1) -> None:
         """`memory`: the budget every store of this owner shares; `stores`: how many it may
-        open at most (the partition count), which sizes each store's memtable."""
+        open at most (the partition count), which sizes each store's memtable;
+        `restore_processes`: how many processes a large restore is split over
+        (workers.stream.restore_processes)."""
         self.tabledir, self.table, self.changelog = tabledir, table, changelog
         self.memory, self._max_stores = memory, stores
+        self.restore_processes = restore_processes
         self._options: StoreOptions | None = None  # made at the first open
         self._stores: dict[int, Any] = {}
         self._standbys: dict[int, Any] = {}  # open stores of partitions kept warm, not owned
@@ -117,10 +121,34 @@ class StateOwner:
             return 0
         for p in due:
             self.states[p] = StoreState.RESTORING
-        applied = local_state.top_up(ks, self.changelog, due)
+        applied = local_state.top_up(ks, self.changelog, due,
+                                     elsewhere=lambda offsets: self._split(ks, offsets))
         for p in due:
             self.states[p] = StoreState.READY
         return applied
+
+    def _split(self, ks: Any, due: Mapping[int, tuple[int, int]]) -> int | None:
+        """Restore the offsets `due` in processes when they are many (None: here): their
+        stores are closed for it and opened again after, whatever the outcome."""
+        if not restore_processes.worth_splitting(due, self.restore_processes):
+            return None
+        for p in due:
+            db = self._stores.pop(p)
+            try:
+                db.flush(True)
+            finally:
+                db.close()
+        began = time.monotonic()
+        try:
+            return restore_processes.restore(
+                ks, restore_processes.Stores(self.tabledir, self.table, self.changelog,
+                                             self.memory, self._max_stores),
+                due, self.restore_processes)
+        finally:
+            for p in sorted(due):
+                self._stores[p] = self._open(p)
+            log.info("restored partitions %s in %d processes in %.2fs", sorted(due),
+                     min(self.restore_processes, len(due)), time.monotonic() - began)
 
     def discard(self, partitions: Iterable[int]) -> list[int]:
         """Close and remove these stores: the next start restores them from the changelog."""

@@ -164,7 +164,7 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
 
     state = StateOwner(Path(app.conf.tabledir), SESSIONS,
                        changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS),
-                       StoreMemory(ws.state_cache_mb), ws.partitions)
+                       StoreMemory(ws.state_cache_mb), ws.partitions, ws.restore_processes)
     clock = BatchClock()
     owner = Owner(
         partitions=ws.partitions, dedupe_window=timedelta(days=ws.dedupe_window_days), clock=clock,
