@@ -1,8 +1,9 @@
 """A large restore split over processes (workers.stream.restore_processes) against the broker:
 the stores it leaves are the stores one process leaves (every key, every tombstone, the offset
 each reached; an aborted transaction applied by neither), the owner has them open and READY
-after, and a child's stale store or failure comes back to the worker as the restore's own
-errors, naming the partitions."""
+after; a child's stale store comes back as the restore's own StaleState, naming the
+partitions, and a child's failure, or children that cannot start, leave the worker to restore
+the rest alone."""
 
 from __future__ import annotations
 
@@ -56,6 +57,16 @@ def write_changelog(ks, changelog: str) -> None:  # noqa: ANN001
     local_state.settle(ks, [(changelog, p) for p in PARTITIONS], timeout_s=30)
 
 
+def owners(tmp_path, changelog: str) -> tuple[StateOwner, StateOwner]:  # noqa: ANN001
+    """The same partitions assigned to an owner that restores alone and one that splits."""
+    alone = StateOwner(tmp_path / "alone", "sessions", changelog, StoreMemory(16), 8)
+    split = StateOwner(tmp_path / "split", "sessions", changelog, StoreMemory(16), 8,
+                       restore_processes=2)
+    alone.assign(PARTITIONS)
+    split.assign(PARTITIONS)
+    return alone, split
+
+
 def contents(owner: StateOwner, p: int) -> dict[bytes, bytes]:
     return dict(owner.db(p).items())
 
@@ -67,12 +78,8 @@ def test_a_restore_split_over_processes_leaves_the_stores_one_process_leaves(
     write_changelog(ks, changelog)
     monkeypatch.setattr(restore_processes, "SPLIT_RECORDS", 1_000)
 
-    alone = StateOwner(tmp_path / "alone", "sessions", changelog, StoreMemory(16), 8)
-    split = StateOwner(tmp_path / "split", "sessions", changelog, StoreMemory(16), 8,
-                       restore_processes=2)
+    alone, split = owners(tmp_path, changelog)
     try:
-        alone.assign(PARTITIONS)
-        split.assign(PARTITIONS)
         with caplog.at_level(logging.INFO, logger="transcript_owner.state"):
             applied = split.restore(ks)
         assert "restored partitions [0, 1, 2, 3, 5] in 2 processes" in caplog.text
@@ -123,4 +130,31 @@ def test_a_childs_stale_store_and_a_childs_failure_come_back_naming_the_partitio
         restore_processes.restore(ks, broken, {0: (0, 10), 1: (0, 10)}, 2)
     assert "the restore in processes failed: partitions [0]:" in str(failed.value)
     assert "partitions [1]:" in str(failed.value)
-    assert not isinstance(failed.value, local_state.StaleState)
+    assert isinstance(failed.value, restore_processes.SplitFailed)  # the worker goes on alone
+
+
+def test_when_the_restores_processes_cannot_start_the_worker_restores_alone(
+        env, topics, tmp_path, monkeypatch, caplog):
+    """No /dev/shm for the pool's semaphores, a process limit: the split is only ever faster,
+    never a condition of the restore (a worker that exited for it would exit at every start)."""
+    ks = kafka_settings(env)
+    changelog = changelog_topic(ks.topic_prefix, "transcript-owner", "sessions")
+    write_changelog(ks, changelog)
+    monkeypatch.setattr(restore_processes, "SPLIT_RECORDS", 1_000)
+
+    def no_pool(processes: int):  # noqa: ANN202
+        raise OSError(38, "Function not implemented (no /dev/shm)")
+
+    monkeypatch.setattr(restore_processes.child_processes, "pool", no_pool)
+    alone, split = owners(tmp_path, changelog)
+    try:
+        with caplog.at_level(logging.WARNING, logger="transcript_owner.state"):
+            assert split.restore(ks) == alone.restore(ks) == len(PARTITIONS) * PER_PARTITION
+        assert ("the restore's processes cannot start: [Errno 38] Function not implemented "
+                "(no /dev/shm); restoring partitions [0, 1, 2, 3, 5] in the worker") in caplog.text
+        for p in PARTITIONS:
+            assert split.states[p] == StoreState.READY
+            assert contents(split, p) == contents(alone, p)
+    finally:
+        alone.close()
+        split.close()

@@ -16,6 +16,11 @@ three; each child peaks at 220-250 MB. In the worker, whose event loop and clien
 share its core with a restore, the restart after `repartition` at a million sessions restored
 the same in 10.3-11.1 s alone and 5.5-5.7 s in two (docs/operating.md, "Growth: repartition").
 Below SPLIT_RECORDS a restore stays in the worker: spawning costs about half a second.
+
+The split only makes a restore faster, never a condition of it: when the children cannot
+start (no /dev/shm for the pool's semaphores, a process limit) or one fails or dies, the state
+owner logs why and restores the rest in the worker (SplitFailed), each store from the offset it
+reached. A stale store is the restore's own verdict, in the worker or a child: StaleState.
 """
 
 from __future__ import annotations
@@ -34,6 +39,10 @@ from workers.stream.store_memory import StoreMemory
 log = logging.getLogger("transcript_owner.state")
 
 SPLIT_RECORDS = 500_000  # changelog offsets due, over the stores, at least, to split
+
+
+class SplitFailed(local_state.LocalStateError):
+    """The restore in processes did not finish: the worker restores the rest itself."""
 
 
 @dataclass(frozen=True)
@@ -68,14 +77,18 @@ def groups(due: Mapping[int, tuple[int, int]], processes: int) -> list[list[int]
 def restore(ks: KafkaSettings, stores: Stores, due: Mapping[int, tuple[int, int]],
             processes: int) -> int:
     """Restore the (closed) stores of the partitions in `due` in at most `processes` children;
-    returns the records applied. Raises StaleState or LocalStateError as the restore in the
-    worker would; any store a failed child left is consistent (its offset says how far it
-    got), and the worker's next start goes on from there."""
+    returns the records applied. Raises StaleState as the restore in the worker would, and
+    SplitFailed when the children could not start or did not all finish: every store a child
+    left is consistent (its offset says how far it got), so the worker goes on from there."""
     parts = groups(due, processes)
     applied = 0
     failures: list[str] = []
     stale: list[tuple[list[int], str]] = []
-    with child_processes.pool(len(parts)) as pool:
+    try:
+        pool = child_processes.pool(len(parts))
+    except OSError as exc:  # the pool's semaphores, pipes: nothing started
+        raise SplitFailed(f"the restore's processes cannot start: {exc}") from None
+    with pool:
         futures = [(group, pool.submit(restore_group, ks, stores, group)) for group in parts]
         for group, future in futures:
             try:
@@ -83,6 +96,9 @@ def restore(ks: KafkaSettings, stores: Stores, due: Mapping[int, tuple[int, int]
             except BrokenProcessPool:
                 failures.append(f"partitions {group}: the restoring process died (out of "
                                 "memory, or killed)")
+                continue
+            except OSError as exc:  # spawning it failed
+                failures.append(f"partitions {group}: its process did not start: {exc}")
                 continue
             if outcome[0] == "ok":
                 applied += outcome[1]
@@ -94,8 +110,7 @@ def restore(ks: KafkaSettings, stores: Stores, due: Mapping[int, tuple[int, int]
         raise local_state.StaleState(sorted(p for ps, _ in stale for p in ps),
                                      "; ".join(why for _, why in stale))
     if failures:
-        raise local_state.LocalStateError("the restore in processes failed: "
-                                          + "; ".join(failures))
+        raise SplitFailed("the restore in processes failed: " + "; ".join(failures))
     return applied
 
 

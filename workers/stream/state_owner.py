@@ -121,8 +121,13 @@ class StateOwner:
             return 0
         for p in due:
             self.states[p] = StoreState.RESTORING
-        applied = local_state.top_up(ks, self.changelog, due,
-                                     elsewhere=lambda offsets: self._split(ks, offsets))
+        try:
+            applied = local_state.top_up(ks, self.changelog, due,
+                                         elsewhere=lambda offsets: self._split(ks, offsets))
+        except restore_processes.SplitFailed as exc:  # the stores are open again, consistent
+            log.warning("%s; restoring partitions %s in the worker", exc, sorted(due))
+            applied = local_state.top_up(ks, self.changelog,
+                                         {p: self._stores[p] for p in due})
         for p in due:
             self.states[p] = StoreState.READY
         return applied
@@ -140,15 +145,16 @@ class StateOwner:
                 db.close()
         began = time.monotonic()
         try:
-            return restore_processes.restore(
+            applied = restore_processes.restore(
                 ks, restore_processes.Stores(self.tabledir, self.table, self.changelog,
                                              self.memory, self._max_stores),
                 due, self.restore_processes)
         finally:
             for p in sorted(due):
                 self._stores[p] = self._open(p)
-            log.info("restored partitions %s in %d processes in %.2fs", sorted(due),
-                     min(self.restore_processes, len(due)), time.monotonic() - began)
+        log.info("restored partitions %s in %d processes in %.2fs", sorted(due),
+                 min(self.restore_processes, len(due)), time.monotonic() - began)
+        return applied
 
     def discard(self, partitions: Iterable[int]) -> list[int]:
         """Close and remove these stores: the next start restores them from the changelog."""
