@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from workers.stream.restore_processes import SPLIT_RECORDS, groups, worth_splitting
+from workers.stream import restore_processes
+from workers.stream.restore_processes import SPLIT_RECORDS, SplitFailed, groups, worth_splitting
 
 
 def test_only_a_large_restore_of_two_or_more_partitions_is_split():
@@ -30,4 +32,30 @@ def test_every_due_partition_is_in_exactly_one_group(spans, processes):
     due = {p: (first, first + n) for p, (first, n) in spans.items()}
     got = groups(due, processes)
     assert sorted(p for group in got for p in group) == sorted(due)
-    assert 1 <= len(got) <= min(processes, len(due)) and all(got)
+    assert 1 <= len(got) <= min(processes, len(due))
+    assert all(got)  # no empty group: a child with nothing to do
+
+
+class _NoSpawn:
+    """A pool whose second child cannot be spawned (a process limit): submit raises."""
+
+    def __init__(self) -> None:
+        self.submitted = 0
+        self.shut = False
+
+    def submit(self, *args: object) -> None:
+        self.submitted += 1
+        if self.submitted == 2:
+            raise OSError(11, "Resource temporarily unavailable")
+
+    def shutdown(self, cancel_futures: bool = False) -> None:
+        self.shut = cancel_futures
+
+
+def test_a_child_that_cannot_be_spawned_leaves_the_restore_to_the_worker(monkeypatch):
+    pool = _NoSpawn()
+    monkeypatch.setattr(restore_processes.child_processes, "pool", lambda n: pool)
+    with pytest.raises(SplitFailed, match="the restore's processes cannot start: .*Resource "
+                                          "temporarily unavailable"):
+        restore_processes.restore(None, None, {0: (0, 10), 1: (0, 10)}, 2)  # type: ignore[arg-type]
+    assert pool.submitted == 2 and pool.shut  # the one that started is let finish

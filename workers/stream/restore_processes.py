@@ -25,7 +25,6 @@ reached. A stale store is the restore's own verdict, in the worker or a child: S
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -35,8 +34,6 @@ from workers import child_processes
 from workers.settings import KafkaSettings
 from workers.stream import local_state
 from workers.stream.store_memory import StoreMemory
-
-log = logging.getLogger("transcript_owner.state")
 
 SPLIT_RECORDS = 500_000  # changelog offsets due, over the stores, at least, to split
 
@@ -84,21 +81,21 @@ def restore(ks: KafkaSettings, stores: Stores, due: Mapping[int, tuple[int, int]
     applied = 0
     failures: list[str] = []
     stale: list[tuple[list[int], str]] = []
-    try:
+    pool = None
+    try:  # the pool's semaphores and pipes, then each child, spawned as it is submitted
         pool = child_processes.pool(len(parts))
-    except OSError as exc:  # the pool's semaphores, pipes: nothing started
+        futures = [(group, pool.submit(restore_group, ks, stores, group)) for group in parts]
+    except OSError as exc:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)  # a child that started finishes its stores
         raise SplitFailed(f"the restore's processes cannot start: {exc}") from None
     with pool:
-        futures = [(group, pool.submit(restore_group, ks, stores, group)) for group in parts]
         for group, future in futures:
             try:
                 outcome = future.result()
             except BrokenProcessPool:
                 failures.append(f"partitions {group}: the restoring process died (out of "
                                 "memory, or killed)")
-                continue
-            except OSError as exc:  # spawning it failed
-                failures.append(f"partitions {group}: its process did not start: {exc}")
                 continue
             if outcome[0] == "ok":
                 applied += outcome[1]

@@ -137,12 +137,8 @@ class StateOwner:
         stores are closed for it and opened again after, whatever the outcome."""
         if not restore_processes.worth_splitting(due, self.restore_processes):
             return None
-        for p in due:
-            db = self._stores.pop(p)
-            try:
-                db.flush(True)
-            finally:
-                db.close()
+        for p in due:  # closed, not forgotten: they stay RESTORING
+            _shut(self._stores.pop(p))
         began = time.monotonic()
         try:
             applied = restore_processes.restore(
@@ -210,7 +206,12 @@ class StateOwner:
     def _close(self, partition: int, stores: dict[int, Any] | None = None) -> None:
         db = (self._stores if stores is None else stores).pop(partition)
         self.states.pop(partition, None)
-        try:
-            db.flush(True)
-        finally:
-            db.close()
+        _shut(db)
+
+
+def _shut(db: Any) -> None:
+    """Flush a store and close it (its memtables hold writes no write-ahead log has)."""
+    try:
+        db.flush(True)
+    finally:
+        db.close()
