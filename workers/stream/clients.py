@@ -14,8 +14,11 @@ from collections.abc import Callable
 from typing import Any
 
 from workers.settings import KafkaSettings
+from workers.stream.request_cap import cap_requests
 
 log = logging.getLogger("transcript_owner.worker")
+# a produce request's bound (workers.stream.request_cap), so also a record's
+REQUEST_BYTES = 4 * 1024 * 1024
 COMMITTED_OFFSETS_TIMEOUT_S = 120.0  # then the worker exits (70) and its supervisor restarts it
 
 
@@ -122,19 +125,20 @@ class OffsetsReader:
 
 
 def producer_factory(ks: KafkaSettings, app_id: str, transaction_timeout_s: float = 60.0):  # noqa: ANN201
-    """The processor's producer: idempotent, acks from all in-sync replicas, large batches;
+    """The processor's producer: idempotent, acks from all in-sync replicas, large batches,
+    requests of at most REQUEST_BYTES;
     `new_producer(transactional_id)` for the exactly-once worker's (one per worker)."""
 
     def new_producer(transactional_id: str | None = None):  # noqa: ANN202  (on the running loop)
         from aiokafka import AIOKafkaProducer
 
         # the connection (bootstrap, TLS context, SASL) exactly as every kafka-python client's
-        return AIOKafkaProducer(
+        return cap_requests(AIOKafkaProducer(
             **ks.kafka_python_kwargs(), client_id=f"{app_id}-outputs",
             acks="all", enable_idempotence=True, max_batch_size=1024 * 1024,
-            max_request_size=4 * 1024 * 1024, linger_ms=0,
+            max_request_size=REQUEST_BYTES, linger_ms=0,
             transactional_id=transactional_id,
             transaction_timeout_ms=int(transaction_timeout_s * 1000),
-        )
+        ))
 
     return new_producer
