@@ -1,6 +1,7 @@
-"""The worker's producer against the broker with its requests bounded (workers.stream.request_cap):
-every produce request stays within max_request_size (or holds one batch), the batches held back
-go in the node's next requests, and every record arrives once, in its partition's order."""
+"""The worker's producer against the broker with its requests bounded (workers.stream.request_cap,
+installed by adapter.cap_requests): every produce request stays within max_request_size (or
+holds one batch), the batches held back go in the node's next requests, and every record
+arrives once, in its partition's order."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from tests.conftest import delete_topics
 from workers.kafka_io import read
 from workers.settings import kafka_settings
-from workers.stream.request_cap import cap_requests
+from workers.stream.adapter import cap_requests
 
 pytestmark = pytest.mark.kafka
 

@@ -288,7 +288,8 @@ PRIVATE_NAMES = (
     "_isolation_level", "_fetch_max_wait_ms", "_coordinator", "_sender", "_txn_manager",
     "_pending_txn_offsets", "_offsets", "_group_id", "_batches", "_acks", "_request_timeout_ms",
     "_default_backoff", "_can_retry", "_commit_result", "_txn_partitions", "_txn_consumer_group",
-    "_pid_and_epoch", "_sequence_numbers",
+    "_pid_and_epoch", "_sequence_numbers", "_message_accumulator", "_max_request_size",
+    "_cluster", "_builder",
 )
 NAME = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(map(re.escape, PRIVATE_NAMES))
                   + r")(?![A-Za-z0-9_])")
@@ -311,6 +312,22 @@ def test_no_module_but_the_adapter_names_a_private_name_of_faust_mode_or_aiokafk
         + "\n".join(found))
     source = ADAPTER.read_text("utf-8")
     assert not [n for n in PRIVATE_NAMES if n not in source], "a name the adapter no longer uses"
+
+
+def test_canary_aiokafka_drains_by_nodes_leaving_muted_partitions_where_they_are():
+    """adapter.cap_requests holds partitions back by passing them to the drain as muted ones,
+    and sizes each partition's first batch in `_batches` by its builder."""
+    from aiokafka.producer.message_accumulator import MessageAccumulator, MessageBatch
+    from aiokafka.producer.producer import AIOKafkaProducer
+
+    drain = inspect.getsource(MessageAccumulator.drain_by_nodes)
+    assert "if tp in muted_partitions:" in drain and "self._batches[tp]" in drain, (
+        "MessageAccumulator.drain_by_nodes no longer skips muted partitions")
+    assert "self._builder = builder" in inspect.getsource(MessageBatch.__init__)
+    assert "self._max_request_size = max_request_size" in inspect.getsource(
+        AIOKafkaProducer.__init__)
+    assert "self._message_accumulator = MessageAccumulator(" in inspect.getsource(
+        AIOKafkaProducer.__init__)
 
 
 def test_canary_aiokafka_waits_backoff_override_after_concurrent_transactions():

@@ -745,3 +745,51 @@ def _v2_requests() -> dict[str, type]:
     _v2_request_classes.update(produce=ProduceRequestV12, end_txn=EndTxnRequestV5,
                                api_versions=ApiVersionsRequestV3)
     return _v2_request_classes
+
+
+# --- a produce request's bound (workers.stream.request_cap) -----------------------------------
+
+_cap_installed = False
+
+
+def cap_requests(producer: Any) -> Any:
+    """Bound `producer`'s produce requests by its max_request_size (workers.stream.request_cap);
+    returns it. aiokafka's own drain does the rest: the partitions held back go into it as
+    muted ones, whose batches it leaves where they are."""
+    global _cap_installed
+    producer._message_accumulator._request_cap = producer._max_request_size
+    if not _cap_installed:
+        from aiokafka.producer.message_accumulator import MessageAccumulator
+
+        MessageAccumulator.drain_by_nodes = _capped_drain(MessageAccumulator.drain_by_nodes)
+        _cap_installed = True
+    return producer
+
+
+def _capped_drain(drain: Any) -> Any:
+    from workers.stream.request_cap import held_back
+
+    def drain_by_nodes(self: Any, ignore_nodes: Any, muted_partitions: Any = frozenset()) -> Any:
+        cap = getattr(self, "_request_cap", None)
+        if cap is not None:
+            held = held_back(_ready_batches(self, ignore_nodes, muted_partitions), cap)
+            if held:
+                muted_partitions = frozenset(muted_partitions) | held
+        return drain(self, ignore_nodes, muted_partitions)
+
+    return drain_by_nodes
+
+
+def _ready_batches(acc: Any, ignore_nodes: Any, muted: Any) -> Any:
+    """(partition, leader, bytes) of each first batch aiokafka's drain would take, in its
+    order."""
+    for tp, queue in acc._batches.items():
+        if not queue or tp in muted:
+            continue
+        leader = acc._cluster.leader_for_partition(tp)
+        if leader is None or leader == -1 or (ignore_nodes and leader in ignore_nodes):
+            continue
+        batch = queue[0]
+        if batch.remaining_linger():
+            continue
+        yield tp, leader, batch._builder.size()

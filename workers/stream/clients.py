@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from workers.settings import KafkaSettings
-from workers.stream.request_cap import cap_requests
+from workers.stream.adapter import cap_requests
 
 log = logging.getLogger("transcript_owner.worker")
 # a produce request's bound (workers.stream.request_cap), so also a record's

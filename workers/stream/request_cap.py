@@ -10,14 +10,14 @@ it, the transport's buffer): the worker's peak RSS was set by that moment, not b
 (`RecordAccumulator.drain`); this does the same for the producers it is installed on. The
 partitions held back keep their batches, in order, for the node's next request, which the
 sender drains as soon as this one is answered (a node has one request in flight).
+
+The choice is here; `adapter.cap_requests` installs it on aiokafka's drain (the one module that
+names aiokafka's private parts).
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
-from typing import Any
-
-_installed = False
 
 
 def held_back(batches: Iterable[tuple[Hashable, Hashable, int]], cap: int) -> set[Hashable]:
@@ -33,46 +33,3 @@ def held_back(batches: Iterable[tuple[Hashable, Hashable, int]], cap: int) -> se
         else:
             used[node] = total + size
     return held
-
-
-def cap_requests(producer: Any) -> Any:
-    """Bound `producer`'s produce requests by its max_request_size; returns it."""
-    producer._message_accumulator._request_cap = producer._max_request_size
-    _install()
-    return producer
-
-
-def _install() -> None:
-    global _installed
-    if _installed:
-        return
-    from aiokafka.producer.message_accumulator import MessageAccumulator
-
-    MessageAccumulator.drain_by_nodes = _capped(MessageAccumulator.drain_by_nodes)
-    _installed = True
-
-
-def _capped(drain: Any) -> Any:
-    def drain_by_nodes(self: Any, ignore_nodes: Any, muted_partitions: Any = frozenset()) -> Any:
-        cap = getattr(self, "_request_cap", None)
-        if cap is not None:
-            held = held_back(_ready(self, ignore_nodes, muted_partitions), cap)
-            if held:  # the original drain leaves a muted partition's batches where they are
-                muted_partitions = frozenset(muted_partitions) | held
-        return drain(self, ignore_nodes, muted_partitions)
-
-    return drain_by_nodes
-
-
-def _ready(acc: Any, ignore_nodes: Any, muted: Any) -> Iterable[tuple[Hashable, Hashable, int]]:
-    """(partition, leader, bytes) of each first batch the drain would take, in its order."""
-    for tp, queue in acc._batches.items():
-        if not queue or tp in muted:
-            continue
-        leader = acc._cluster.leader_for_partition(tp)
-        if leader is None or leader == -1 or (ignore_nodes and leader in ignore_nodes):
-            continue
-        batch = queue[0]
-        if batch.remaining_linger():
-            continue
-        yield tp, leader, batch._builder.size()
