@@ -767,8 +767,11 @@ def cap_requests(producer: Any) -> Any:
 
 
 def _capped_drain(drain: Any) -> Any:
+    import functools
+
     from workers.stream.request_cap import held_back
 
+    @functools.wraps(drain)  # __wrapped__: the canary reads aiokafka's own drain
     def drain_by_nodes(self: Any, ignore_nodes: Any, muted_partitions: Any = frozenset()) -> Any:
         cap = getattr(self, "_request_cap", None)
         if cap is not None:
