@@ -51,7 +51,7 @@ $(COMPILE_STAMP): $(STAMP) deploy/compile/build.py $(wildcard workers/*.py worke
 compile: $(COMPILE_STAMP)
 
 uncompile:
-	rm -f workers/compiled__mypyc.*.so workers/core/*.so workers/stream/*.so $(COMPILE_STAMP)
+	rm -f workers/compiled__mypyc.*.so workers/core/*.so workers/stream/*.so connectors/python/src/transcript_connector/*.so $(COMPILE_STAMP)
 
 install: $(STAMP) $(COMPILE_STAMP)
 

@@ -21,12 +21,17 @@ MODULES = (
     "workers.core.state",
     "workers.core.store",
     "workers.stream.session_store",
+    # the contract's partitioner, which the worker runs for every record (its cache misses at
+    # a million sessions): built on its own, as the Python connector's install imports it too
+    "transcript_connector.partitioning",
 )
+CONNECTOR_SRC = Path("connectors/python/src")  # where transcript_connector's sources are
 
 
 def source(module: str) -> Path:
     """The module's source file, relative to the repository (what mypyc is given)."""
-    return Path(*module.split(".")).with_suffix(".py")
+    path = Path(*module.split(".")).with_suffix(".py")
+    return CONNECTOR_SRC / path if module.startswith("transcript_connector.") else path
 
 
 @dataclass(frozen=True)

