@@ -2,6 +2,7 @@
 
     python bench/decide_speed.py /tmp/in.jsonl [--limit N]
     python bench/decide_speed.py /tmp/in.jsonl --worker [--limit N] [--batch 2000]
+        [--partitions 8] [--rocksdb]
     python bench/decide_speed.py /tmp/in.jsonl --stages [--limit N] [--batch 2000]
 
 Default: replay's path (Owner.handle over a MemoryState, then replay's output line), timed
@@ -17,6 +18,9 @@ every record arrives keyed by its canonical key on its home partition (as connec
 it), decided by Owner.handle over the worker's SessionStore, whose partition stores are
 dicts here; each batch's writes are taken and applied as the worker does after the changelog
 send. Then the size of the stored state records. The file is read into memory first.
+With --rocksdb the partition stores are the worker's RocksDB stores (workers.stream.store_memory,
+its default budget of 64 MB, in a temporary directory), each batch's writes one write batch a
+partition, as the worker applies them after its commit.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import gc
+import tempfile
 from datetime import UTC, datetime
 from itertools import islice
 from time import perf_counter
@@ -57,11 +62,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker", action="store_true", help="time the worker's path")
     parser.add_argument("--batch", type=int, default=2000, help="records per batch (--worker)")
     parser.add_argument("--stages", action="store_true", help="--worker, in stages")
+    parser.add_argument("--partitions", type=int, default=PARTITIONS,
+                        help="input partitions (--worker)")
+    parser.add_argument("--rocksdb", action="store_true",
+                        help="--worker over the worker's RocksDB stores, not dicts")
     args = parser.parse_args(argv)
     if args.stages:
         return stages(args.file, args.limit, args.batch)
     if args.worker:
-        return worker(args.file, args.limit, args.batch)
+        if not args.rocksdb:
+            return worker(args.file, args.limit, args.batch, args.partitions)
+        with tempfile.TemporaryDirectory(prefix="decide-speed-") as folder:
+            return worker(args.file, args.limit, args.batch, args.partitions, folder)
     state = MemoryState()
     owner = Owner(None, DEFAULT_DEDUPE_WINDOW, lambda: WRITTEN_AT)
     handle_s = render_s = 0.0
@@ -81,8 +93,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def worker(path: str, limit: int | None, batch: int) -> int:
-    sources, dbs, store, owner = _worker_path(path, limit)
+def worker(path: str, limit: int | None, batch: int, partitions: int,
+           rocksdb: str | None = None) -> int:
+    """--worker; over RocksDB stores in the folder `rocksdb` if given."""
+    if rocksdb is None:
+        sources, dbs, store, owner = _worker_path(path, limit, partitions)
+    else:
+        sources, _, _, owner = _worker_path(path, limit, partitions)
+        dbs = _rocksdb_stores(rocksdb, partitions)
+        store = SessionStore(dbs.__getitem__, DEFAULT_DEDUPE_WINDOW)
     n = len(sources)
     handle_s = write_s = 0.0
     for at in range(0, n, batch):
@@ -96,7 +115,8 @@ def worker(path: str, limit: int | None, batch: int) -> int:
         handle_s += t1 - t0
     values = [v for db in dbs for v in db.values()]
     print(f"{n:,} records, batches of {batch:,}; {len(values):,} state records, largest "
-          f"{max(map(len, values), default=0)} bytes, {sum(map(len, values)):,} bytes in all")
+          f"{max(map(len, values), default=0)} bytes, {sum(map(len, values)):,} bytes in all; "
+          f"{partitions} partitions, {'RocksDB' if rocksdb else 'dicts'}")
     _report(n, [("handle", handle_s), ("writes", write_s)])
     return 0
 
@@ -174,16 +194,44 @@ def _whole(sources: list[Source], dbs: list[DictStore], store: SessionStore, own
     return perf_counter() - t0
 
 
-def _worker_path(path: str, limit: int | None
+def _worker_path(path: str, limit: int | None, partitions: int = PARTITIONS
                  ) -> tuple[list[Source], list[DictStore], SessionStore, Owner]:
     """The input as the worker receives it, its partition stores, session store and owner."""
-    dbs = [DictStore() for _ in range(PARTITIONS)]
-    return (_sources(path, limit), dbs, SessionStore(dbs.__getitem__, DEFAULT_DEDUPE_WINDOW),
-            Owner(PARTITIONS, DEFAULT_DEDUPE_WINDOW, lambda: WRITTEN_AT))
+    dbs = [DictStore() for _ in range(partitions)]
+    return (_sources(path, limit, partitions), dbs,
+            SessionStore(dbs.__getitem__, DEFAULT_DEDUPE_WINDOW),
+            Owner(partitions, DEFAULT_DEDUPE_WINDOW, lambda: WRITTEN_AT))
 
 
-def _write(store: SessionStore, dbs: list[DictStore]) -> None:
+def _rocksdb_stores(folder: str, partitions: int) -> list:
+    """The worker's partition stores: its options, one shared budget (the default)."""
+    import rocksdict
+
+    from workers.settings import WorkerSettings
+    from workers.stream.store_memory import StoreMemory, StoreOptions
+
+    shared = StoreOptions(StoreMemory(WorkerSettings().state_cache_mb), partitions)
+    return [rocksdict.Rdict(f"{folder}/{p}", options=shared.options())
+            for p in range(partitions)]
+
+
+def _write(store: SessionStore, dbs: list) -> None:
     """A batch's writes applied to the partition stores, as the worker does after its commit."""
+    if dbs and not isinstance(dbs[0], DictStore):  # RocksDB: a write batch a partition
+        import rocksdict
+
+        batches: dict[int, rocksdict.WriteBatch] = {}
+        for p, k, v in store.take_writes():
+            batch = batches.get(p)
+            if batch is None:
+                batch = batches[p] = rocksdict.WriteBatch(raw_mode=True)
+            if v is None:
+                batch.delete(k)
+            else:
+                batch.put(k, v)
+        for p, batch in batches.items():
+            dbs[p].write(batch)
+        return
     for p, k, v in store.take_writes():
         if v is None:
             dbs[p].pop(k, None)
@@ -191,7 +239,7 @@ def _write(store: SessionStore, dbs: list[DictStore]) -> None:
             dbs[p][k] = v
 
 
-def _sources(path: str, limit: int | None) -> list[Source]:
+def _sources(path: str, limit: int | None, partitions: int = PARTITIONS) -> list[Source]:
     """The file's records as the worker receives them: keyed, on their home partition."""
     out: list[Source] = []
     with open(path, "rb") as f:
@@ -201,10 +249,10 @@ def _sources(path: str, limit: int | None) -> list[Source]:
             key = None if isinstance(record, Invalid) else session_key_of(record)
             if isinstance(key, str):
                 raw = key.encode()
-                home = (murmur2(raw) & 0x7FFFFFFF) % PARTITIONS  # not partition_for: left cold
+                home = (murmur2(raw) & 0x7FFFFFFF) % partitions  # not partition_for: left cold
                 out.append(Source("in", home, offset, raw, value))
             else:
-                out.append(Source("in", offset % PARTITIONS, offset, None, value))
+                out.append(Source("in", offset % partitions, offset, None, value))
     return out
 
 
