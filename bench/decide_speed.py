@@ -96,12 +96,8 @@ def main(argv: list[str] | None = None) -> int:
 def worker(path: str, limit: int | None, batch: int, partitions: int,
            rocksdb: str | None = None) -> int:
     """--worker; over RocksDB stores in the folder `rocksdb` if given."""
-    if rocksdb is None:
-        sources, dbs, store, owner = _worker_path(path, limit, partitions)
-    else:
-        sources, _, _, owner = _worker_path(path, limit, partitions)
-        dbs = _rocksdb_stores(rocksdb, partitions)
-        store = SessionStore(dbs.__getitem__, DEFAULT_DEDUPE_WINDOW)
+    sources, dbs, store, owner = _worker_path(
+        path, limit, partitions, None if rocksdb is None else _rocksdb_stores(rocksdb, partitions))
     n = len(sources)
     handle_s = write_s = 0.0
     for at in range(0, n, batch):
@@ -194,10 +190,12 @@ def _whole(sources: list[Source], dbs: list[DictStore], store: SessionStore, own
     return perf_counter() - t0
 
 
-def _worker_path(path: str, limit: int | None, partitions: int = PARTITIONS
-                 ) -> tuple[list[Source], list[DictStore], SessionStore, Owner]:
-    """The input as the worker receives it, its partition stores, session store and owner."""
-    dbs = [DictStore() for _ in range(partitions)]
+def _worker_path(path: str, limit: int | None, partitions: int = PARTITIONS,
+                 dbs: list | None = None) -> tuple[list[Source], list, SessionStore, Owner]:
+    """The input as the worker receives it, its partition stores (`dbs`, or dicts), session
+    store and owner."""
+    if dbs is None:
+        dbs = [DictStore() for _ in range(partitions)]
     return (_sources(path, limit, partitions), dbs,
             SessionStore(dbs.__getitem__, DEFAULT_DEDUPE_WINDOW),
             Owner(partitions, DEFAULT_DEDUPE_WINDOW, lambda: WRITTEN_AT))
