@@ -7,12 +7,18 @@ to run the sources. Of the connector's package (transcript_connector) only its p
 compiled, each module on its own, with no shared library: its source folder is also the Python
 connector's install (var/venv-connector), which has no `workers`.
 
-    .venv/bin/python deploy/compile/build.py
+    .venv/bin/python deploy/compile/build.py [--into SITE_PACKAGES]
+
+`--into` then copies the builds beside the same modules installed (non-editable) in that
+directory: the image's venv (deploy/container/Containerfile), built from this checkout's copy.
+mypy reads the checkout, not site-packages, where every installed module would be its own.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import shutil
 import sys
 import warnings
 from pathlib import Path
@@ -26,7 +32,11 @@ GROUP = "workers.compiled"  # the shared library: workers/compiled__mypyc.*.so
 MYPY_FLAGS = ("--follow-imports=silent", "--ignore-missing-imports")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--into", type=Path, metavar="SITE_PACKAGES",
+                        help="then copy the builds beside the package installed there")
+    args = parser.parse_args(argv)
     os.chdir(ROOT)
     # mypy reads the connector's package from its sources (the editable install's finder is an
     # import hook, which mypy does not run)
@@ -53,6 +63,26 @@ def main() -> int:
     for module in MODULES:
         for built in source(module).parent.glob(source(module).stem + ".cpython-*.so"):
             built.touch()
+    if args.into is not None:
+        return install(args.into)
+    return 0
+
+
+def install(site: Path) -> int:
+    """Each build beside its module in `site`, as new as the module (workers.compiled.is_stale);
+    exit 2 when a module is not installed there."""
+    for module in MODULES:
+        installed = site / Path(*module.split(".")).with_suffix(".py")
+        if not installed.is_file():
+            print(f"build: {module} is not installed in {site} ({installed} missing)",
+                  file=sys.stderr)
+            return 2
+        stem = source(module).stem  # its build, and the shared library of one built alone
+        for pattern in (f"{stem}.cpython-*.so", f"{stem}__mypyc.cpython-*.so"):
+            for built in source(module).parent.glob(pattern):
+                shutil.copyfile(built, installed.parent / built.name)
+    for shared in Path("workers").glob("compiled__mypyc.cpython-*.so"):  # the group's library
+        shutil.copyfile(shared, site / "workers" / shared.name)
     return 0
 
 

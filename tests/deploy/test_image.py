@@ -31,6 +31,7 @@ import pytest
 
 from tests.conftest import delete_topics
 from tests.integration.harness import Collector, poll_until, replay_entries, without_written_at
+from workers.compiled import MODULES
 from workers.core.outputs import CONFIRMATIONS, ENTRIES
 from workers.kafka_io import publish
 from workers.scenario import steps
@@ -258,7 +259,11 @@ def test_topics_and_worker_from_the_image_write_what_replay_says(
         assert uids and set(uids.group(1).split()) == {str(UID)}  # real, effective, saved, fs
         os.kill(tini, signal.SIGTERM)
         assert worker.proc.wait(timeout=60) == 0, worker.tail()
-        assert "stopped; outcomes:" in worker.log.read_text(), worker.tail()
+        log = worker.log.read_text()
+        assert "stopped; outcomes:" in log, worker.tail()
+        # the image's per-record path runs compiled, none of it older than its source
+        assert f"{len(MODULES)} of {len(MODULES)} per-record modules compiled (mypyc)" in log
+        assert "STALE" not in log
         # the state was written to the volume, as the non-root user
         done = run_in(container, "sh", "-c", f"find {STATE} -mindepth 1 ! -user {UID} | wc -l; "
                       f"find {STATE} -name CURRENT | wc -l")
