@@ -43,6 +43,10 @@ M = TypeVar("M", bound=BaseModel)
 # timedelta and the state's millisecond expiries can hold.
 MAX_DEDUPE_WINDOW_DAYS = 3650
 
+# The largest record batch delivery.confirmations and transcript.control hold: their
+# max.message.bytes in topics.yaml (tests/unit/test_settings.py holds the two equal).
+MAX_INPUT_BATCH_BYTES = 2 * 1024 * 1024
+
 
 class SettingsError(OwnerError):
     """The environment does not describe a usable configuration; the message names the variable."""
@@ -300,8 +304,8 @@ class WorkerSettings(BaseModel):
     state_cache_mb: int = Field(default=64, ge=8, le=65_536)
     # sessions' heads kept decoded between batches (a head not here is read from its store)
     head_cache: int = Field(default=20_000, ge=0, le=10_000_000)
-    # input fetched ahead, over all partitions: each partition's fetch is this divided by the
-    # partitions (TRANSCRIPT_PARTITIONS), within 64 KiB..1 MiB
+    # input fetched ahead, over all partitions: the most a fetch response holds; a partition
+    # may fill up to MAX_INPUT_BATCH_BYTES of it
     fetch_buffer_mb: int = Field(default=16, ge=1, le=4096)
     # workers that keep each partition's state warm beside its owner (workers.stream.standby);
     # fewer while the group has fewer other members
@@ -310,9 +314,18 @@ class WorkerSettings(BaseModel):
     # its stores' cache (TRANSCRIPT_STATE_CACHE_MB) while it runs. 1: the worker restores alone
     restore_processes: int = Field(default=2, ge=1, le=64)
 
+    def fetch_bytes(self) -> int:
+        """The most one fetch response holds, over all partitions (the consumer's
+        fetch_max_bytes)."""
+        return self.fetch_buffer_mb * 1024 * 1024
+
     def fetch_bytes_per_partition(self) -> int:
-        share = self.fetch_buffer_mb * 1024 * 1024 // self.partitions
-        return max(64 * 1024, min(1024 * 1024, share))
+        """What one partition may fill of a fetch response: the largest record batch the input
+        topics hold, so a whole batch always fits. A smaller share is no bound: the broker
+        fills only the response's first partition past its share, and sends the others the
+        share's bytes of their next batch, which the consumer cannot read and throws away (at 64
+        partitions and 256 KiB each, some 16 MB a response for one partition's 500 records)."""
+        return min(self.fetch_bytes(), MAX_INPUT_BATCH_BYTES)
 
 
 def worker_settings(environ: Mapping[str, str] | None = None) -> WorkerSettings:

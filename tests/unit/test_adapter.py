@@ -201,6 +201,7 @@ def test_canary_faust_awaits_the_table_managers_on_rebalance_at_each_assignment(
 def test_canary_faust_consumer_builds_aiokafka_consumer_and_commits_through_hooks(tmp_path):
     import faust
     from aiokafka import AIOKafkaConsumer
+    from aiokafka.consumer.fetcher import Fetcher
     from faust.transport import base
     from faust.transport import consumer as faust_consumer
     from faust.transport.drivers import aiokafka as driver
@@ -213,10 +214,18 @@ def test_canary_faust_consumer_builds_aiokafka_consumer_and_commits_through_hook
         "read_committed (aborted confirmations would get outcomes)")
     init, start = (inspect.getsource(f) for f in (AIOKafkaConsumer.__init__,
                                                   AIOKafkaConsumer.start))
-    for name in ("_isolation_level", "_fetch_max_wait_ms"):
+    for name in ("_isolation_level", "_fetch_max_wait_ms", "_fetch_max_bytes"):
         assert f"self.{name} = " in init and f"=self.{name}" in start, (
             f"aiokafka's AIOKafkaConsumer no longer hands self.{name} to its Fetcher at start: "
             "setting it after construction (adapter.read_committed_consumer) does nothing")
+    assert "self._fetcher = Fetcher(" in start, (
+        "aiokafka's AIOKafkaConsumer no longer makes its Fetcher in start: adapter."
+        "read_committed_consumer could not set how long it holds fetched records")
+    fetcher = inspect.getsource(Fetcher)
+    assert "backoff=self._prefetch_backoff" in fetcher and "record.calculate_backoff()" in (
+        inspect.getsource(Fetcher._get_actions_per_node)), (
+        "aiokafka's Fetcher no longer waits _prefetch_backoff for the records it holds before "
+        "fetching again: the worker's input fetched ahead (adapter.FETCH_HOLD_S) is unbounded")
     assert "self._thread = self._new_consumer_thread()" in inspect.getsource(
         faust_consumer.ThreadDelegateConsumer.__init__), (
         "faust's Consumer no longer makes its thread in _new_consumer_thread: adapter."
@@ -237,16 +246,17 @@ def test_canary_faust_consumer_builds_aiokafka_consumer_and_commits_through_hook
         app = faust.App("canary", broker="kafka://127.0.0.1:9092", datadir=str(tmp_path),
                         web_enabled=False)
         adapter.use_consumer(app, adapter.read_committed_consumer(
-            fetch_max_wait_ms=100, offsets_in_transactions=True))
+            fetch_max_wait_ms=100, offsets_in_transactions=True, fetch_max_bytes=12345))
         consumer = app.consumer
         client = consumer._thread._create_worker_consumer(app.transport)
         try:
             return (type(consumer).__name__, client._isolation_level,
-                    client._fetch_max_wait_ms, await consumer._commit({}))
+                    client._fetch_max_wait_ms, client._fetch_max_bytes,
+                    await consumer._commit({}))
         finally:
             await client.stop()
 
-    assert asyncio.run(built()) == ("ReadCommittedConsumer", "read_committed", 100, True)
+    assert asyncio.run(built()) == ("ReadCommittedConsumer", "read_committed", 100, 12345, True)
 
 
 def test_canary_mode_worker_schedules_its_shutdown_on_each_signal():
@@ -285,7 +295,8 @@ PRIVATE_NAMES = (
     # mode
     "_schedule_shutdown", "_signal_stop_time",
     # aiokafka
-    "_isolation_level", "_fetch_max_wait_ms", "_coordinator", "_sender", "_txn_manager",
+    "_isolation_level", "_fetch_max_wait_ms", "_fetch_max_bytes", "_fetcher", "_prefetch_backoff",
+    "_coordinator", "_sender", "_txn_manager",
     "_pending_txn_offsets", "_offsets", "_group_id", "_batches", "_acks", "_request_timeout_ms",
     "_default_backoff", "_can_retry", "_commit_result", "_txn_partitions", "_txn_consumer_group",
     "_pid_and_epoch", "_sequence_numbers", "_message_accumulator", "_max_request_size",

@@ -10,10 +10,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import yaml
 
 from workers.settings import (
     ENV,
     MAX_DEDUPE_WINDOW_DAYS,
+    MAX_INPUT_BATCH_BYTES,
     WORKER_ENV,
     KafkaSettings,
     SettingsError,
@@ -463,11 +465,22 @@ def test_the_worker_reads_the_retention_from_the_topics_file_it_is_given(tmp_pat
 
 
 @pytest.mark.parametrize(("partitions", "buffer_mb", "per_partition"), [
-    (8, 16, 1024 * 1024), (64, 16, 256 * 1024), (10_000, 16, 64 * 1024), (1, 1, 1024 * 1024)])
-def test_the_input_fetched_ahead_is_bounded_over_all_partitions(partitions, buffer_mb,
-                                                                per_partition):
-    """TRANSCRIPT_FETCH_BUFFER_MB over the partitions, within 64 KiB..1 MiB a partition (issue
-    43: at 64 partitions, 512 KiB fetched ahead each held some 160 MB of the worker's 535)."""
+    (8, 16, MAX_INPUT_BATCH_BYTES), (64, 16, MAX_INPUT_BATCH_BYTES),
+    (10_000, 16, MAX_INPUT_BATCH_BYTES), (1, 1, 1024 * 1024), (64, 4096, MAX_INPUT_BATCH_BYTES)])
+def test_a_fetch_is_bounded_over_all_partitions_and_a_partition_fits_any_batch(
+        partitions, buffer_mb, per_partition):
+    """TRANSCRIPT_FETCH_BUFFER_MB bounds a fetch response over all partitions; a partition may
+    fill up to the largest batch the input holds, whatever the partitions (issue 43: the buffer
+    split over 64 partitions, 256 KiB each, brought one partition's batch a fetch)."""
     ws = worker_settings({"TRANSCRIPT_PARTITIONS": str(partitions),
                           "TRANSCRIPT_FETCH_BUFFER_MB": str(buffer_mb)})
+    assert ws.fetch_bytes() == buffer_mb * 1024 * 1024
     assert ws.fetch_bytes_per_partition() == per_partition
+
+
+def test_a_partitions_share_holds_the_largest_batch_the_input_topics_accept():
+    """MAX_INPUT_BATCH_BYTES is the input topics' max.message.bytes in topics.yaml: a batch
+    larger than a partition's share of a fetch comes only as a response's first partition."""
+    topics = yaml.safe_load((ROOT / "topics.yaml").read_text())["topics"]
+    for name in ("delivery.confirmations", "transcript.control"):
+        assert int(topics[name]["configs"]["max.message.bytes"]) == MAX_INPUT_BATCH_BYTES, name

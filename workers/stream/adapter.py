@@ -23,7 +23,9 @@ The rest, by owner:
                           assignment and faust's recovery, which resumes the partitions). The
                           worker declares no faust table: its state has its own owner
                           (workers.stream.state_owner)
-  faust's consumer        `read_committed_consumer`, `use_consumer`; `membership`,
+  faust's consumer        `read_committed_consumer` (read_committed, short polls, a fetch
+                          response's bound, aiokafka's Fetcher holding what it fetched until
+                          it is taken: `FETCH_HOLD_S`), `use_consumer`; `membership`,
                           `request_rejoin`
   faust's assignor        `warm_assignor` (standbys reported only when warm; moves to a member
                           without a warm standby held back: workers.core.warmup)
@@ -228,13 +230,22 @@ def replace_table_rebalance(app: Any, on_rebalance: Callable[..., Awaitable[None
 
 # --- faust's consumer (faust.transport.drivers.aiokafka) ------------------------------------
 
-def read_committed_consumer(*, fetch_max_wait_ms: int, offsets_in_transactions: bool) -> type:
-    """faust's aiokafka Consumer, whose AIOKafkaConsumer reads read_committed and long-polls at
-    most `fetch_max_wait_ms`, and which, with `offsets_in_transactions`, sends no commit of its
-    own (workers.stream.ingest.read_committed says why). faust has a setting for neither: its
+# How long aiokafka's Fetcher waits for records it holds to be taken before it fetches the other
+# partitions of their broker (its own: 0.1 s). faust leaves a partition's records in the Fetcher
+# while the inbox is full, and the Fetcher kept fetching the others, up to a partition's share
+# each: every partition's at once.
+FETCH_HOLD_S = 5.0
+
+
+def read_committed_consumer(*, fetch_max_wait_ms: int, offsets_in_transactions: bool,
+                            fetch_max_bytes: int | None = None) -> type:
+    """faust's aiokafka Consumer, whose AIOKafkaConsumer reads read_committed, long-polls at
+    most `fetch_max_wait_ms` and, with `fetch_max_bytes`, holds at most that in a fetch
+    response, and which, with `offsets_in_transactions`, sends no commit of its own
+    (workers.stream.ingest.read_committed says why). faust has a setting for none of them: its
     consumer thread builds the AIOKafkaConsumer in `_create_worker_consumer`, and aiokafka hands
-    `_isolation_level` and `_fetch_max_wait_ms` to the Fetcher it builds at start, so they are
-    set between construction and start. faust's Consumer makes its thread in
+    `_isolation_level`, `_fetch_max_wait_ms` and `_fetch_max_bytes` to the Fetcher it builds at
+    start, so they are set between construction and start. faust's Consumer makes its thread in
     `_new_consumer_thread` and sends a commit in `_commit` (its bookkeeping around it stays)."""
     from faust.transport.drivers import aiokafka as driver
 
@@ -246,6 +257,16 @@ def read_committed_consumer(*, fetch_max_wait_ms: int, offsets_in_transactions: 
             # order, so the offset lookups of a recovery after each rebalance queued behind
             # them (1.5 s each, seen here). Fetches still return as soon as records arrive.
             consumer._fetch_max_wait_ms = fetch_max_wait_ms
+            if fetch_max_bytes is not None:
+                consumer._fetch_max_bytes = fetch_max_bytes
+                start = consumer.start
+
+                async def start_holding() -> None:
+                    await start()
+                    # the Fetcher (made at start) asks again only once what it holds is taken
+                    consumer._fetcher._prefetch_backoff = FETCH_HOLD_S
+
+                consumer.start = start_holding
             return consumer
 
     class ReadCommittedConsumer(driver.Consumer):

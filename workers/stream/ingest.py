@@ -157,7 +157,8 @@ def scheduler_for(inbox: Inbox) -> type[DefaultSchedulingStrategy]:
 FETCH_MAX_WAIT_MS = 100
 
 
-def read_committed(app: faust.App, *, offsets_in_transactions: bool = False) -> None:
+def read_committed(app: faust.App, *, offsets_in_transactions: bool = False,
+                   fetch_max_bytes: int | None = None) -> None:
     """Make the worker's consumer read `read_committed` (DESIGN, "Delivery guarantee").
 
     Connectors may publish in transactions, and an aborted confirmation was never confirmed:
@@ -168,13 +169,17 @@ def read_committed(app: faust.App, *, offsets_in_transactions: bool = False) -> 
     The aborted records' offsets then never arrive; the processor acks such gaps with the next
     batch.
 
+    With `fetch_max_bytes`, a fetch response holds at most that, over all partitions
+    (TRANSCRIPT_FETCH_BUFFER_MB; faust has no setting for it either).
+
     With `offsets_in_transactions` (exactly-once), the input offsets are committed by the
     batch's transactions (workers.stream.transactions), never by the consumer: faust's commit keeps
     its bookkeeping (acks, revocation) and sends nothing. A commit of its own, outside the
     transaction, could commit an offset whose outputs were never committed.
     """
     use_consumer(app, read_committed_consumer(  # before the app creates its consumer
-        fetch_max_wait_ms=FETCH_MAX_WAIT_MS, offsets_in_transactions=offsets_in_transactions))
+        fetch_max_wait_ms=FETCH_MAX_WAIT_MS, offsets_in_transactions=offsets_in_transactions,
+        fetch_max_bytes=fetch_max_bytes))
 
 
 def input_topic(app: faust.App, inbox: Inbox) -> faust.TopicT:

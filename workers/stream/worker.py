@@ -140,7 +140,8 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         producer_acks=-1,
         broker_commit_interval=0.5,  # acked offsets are committed within half a second
         producer_max_request_size=4 * 1024 * 1024,
-        # the input fetched ahead is bounded over all partitions (TRANSCRIPT_FETCH_BUFFER_MB)
+        # a partition's share of a fetch holds any batch of the input; the response is bounded
+        # over all partitions (TRANSCRIPT_FETCH_BUFFER_MB: read_committed below)
         consumer_max_fetch_size=ws.fetch_bytes_per_partition(),
         # a fetch hands over at most a batch: with the inbox's bound of 2 batches, the worker
         # holds at most 3 batches of input records (plus one fetch per partition in aiokafka)
@@ -160,7 +161,7 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
     )
     input_topic(app, inbox)
     exactly_once = ws.processing_guarantee == "exactly_once"
-    read_committed(app, offsets_in_transactions=exactly_once)
+    read_committed(app, offsets_in_transactions=exactly_once, fetch_max_bytes=ws.fetch_bytes())
 
     state = StateOwner(Path(app.conf.tabledir), SESSIONS,
                        changelog_topic(ks.topic_prefix, ws.app_id, SESSIONS),
