@@ -305,8 +305,9 @@ class WorkerSettings(BaseModel):
     # sessions' heads kept decoded between batches (a head not here is read from its store)
     head_cache: int = Field(default=20_000, ge=0, le=10_000_000)
     # input fetched ahead, over all partitions: the most a fetch response holds; a partition
-    # may fill up to MAX_INPUT_BATCH_BYTES of it
-    fetch_buffer_mb: int = Field(default=16, ge=1, le=4096)
+    # may fill up to MAX_INPUT_BATCH_BYTES of it. 8: 16 drained no faster and held some 35 MB
+    # more (docs/performance.md)
+    fetch_buffer_mb: int = Field(default=8, ge=1, le=4096)
     # workers that keep each partition's state warm beside its owner (workers.stream.standby);
     # fewer while the group has fewer other members
     standby_replicas: int = Field(default=1, ge=0, le=16)

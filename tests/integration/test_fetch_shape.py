@@ -3,7 +3,7 @@
 Its consumer is built as the worker builds it (faust's consumer thread, adapter.read_committed_
 consumer, a partition's share and the response's bound from WorkerSettings). The input holds
 producer batches of some 600 KiB (a connector's client batches up to 1 MB by default), on 64
-partitions with the default fetch buffer of 16 MB. A partition's share below a batch brought
+partitions with the default fetch buffer of 8 MB. A partition's share below a batch brought
 one partition a fetch, and the others' share of bytes they could not use (issue 43: batches of
 some 2,000 records at 64 partitions against 20,000 at 8); a share that holds the largest batch
 brings whole batches of several partitions in one response, and the Fetcher asks again only
@@ -36,7 +36,7 @@ def test_a_fetch_brings_whole_batches_of_several_partitions(env, prefix, tmp_pat
 
     ks = kafka_settings(env)
     ws = worker_settings({**env, "TRANSCRIPT_PARTITIONS": str(PARTITIONS)})
-    assert ws.fetch_bytes() == 16 * 1024 * 1024  # the default buffer, over all partitions
+    assert ws.fetch_bytes() == 8 * 1024 * 1024  # the default buffer, over all partitions
     assert ws.fetch_bytes_per_partition() == MAX_INPUT_BATCH_BYTES
     topic = prefix + "fetch-shape"
     admin = KafkaAdminClient(**ks.kafka_python_kwargs())
@@ -80,8 +80,8 @@ def test_a_fetch_brings_whole_batches_of_several_partitions(env, prefix, tmp_pat
         (now, hold), (before, _) = asyncio.run(scenario())
     finally:
         delete_topics(ks.bootstrap, prefix)
-    # a share that holds the batch: all of them in one response (8 x 600 KiB < 16 MB), whole
+    # a share that holds the batch: all of them in one response (8 x 600 KiB < 8 MB), whole
     assert now == {p: RECORDS for p in range(FILLED)}, now
     assert hold == adapter.FETCH_HOLD_S
-    # the buffer split over 64 partitions (256 KiB each): the first partition's batch only
+    # the buffer split over 64 partitions (128 KiB each): the first partition's batch only
     assert len(before) == 1 and set(before.values()) == {RECORDS}, before
