@@ -238,10 +238,11 @@ FETCH_HOLD_S = 5.0
 
 
 def read_committed_consumer(*, fetch_max_wait_ms: int, offsets_in_transactions: bool,
-                            fetch_max_bytes: int | None = None) -> type:
+                            fetch_max_bytes: int) -> type:
     """faust's aiokafka Consumer, whose AIOKafkaConsumer reads read_committed, long-polls at
-    most `fetch_max_wait_ms` and, with `fetch_max_bytes`, holds at most that in a fetch
-    response, and which, with `offsets_in_transactions`, sends no commit of its own
+    most `fetch_max_wait_ms`, holds at most `fetch_max_bytes` in a fetch response and fetches
+    again only once it is taken (FETCH_HOLD_S), and which, with `offsets_in_transactions`,
+    sends no commit of its own
     (workers.stream.ingest.read_committed says why). faust has a setting for none of them: its
     consumer thread builds the AIOKafkaConsumer in `_create_worker_consumer`, and aiokafka hands
     `_isolation_level`, `_fetch_max_wait_ms` and `_fetch_max_bytes` to the Fetcher it builds at
@@ -257,16 +258,15 @@ def read_committed_consumer(*, fetch_max_wait_ms: int, offsets_in_transactions: 
             # order, so the offset lookups of a recovery after each rebalance queued behind
             # them (1.5 s each, seen here). Fetches still return as soon as records arrive.
             consumer._fetch_max_wait_ms = fetch_max_wait_ms
-            if fetch_max_bytes is not None:
-                consumer._fetch_max_bytes = fetch_max_bytes
-                start = consumer.start
+            consumer._fetch_max_bytes = fetch_max_bytes
+            start = consumer.start
 
-                async def start_holding() -> None:
-                    await start()
-                    # the Fetcher (made at start) asks again only once what it holds is taken
-                    consumer._fetcher._prefetch_backoff = FETCH_HOLD_S
+            async def start_holding() -> None:
+                await start()
+                # the Fetcher (made at start) asks again only once what it holds is taken
+                consumer._fetcher._prefetch_backoff = FETCH_HOLD_S
 
-                consumer.start = start_holding
+            consumer.start = start_holding
             return consumer
 
     class ReadCommittedConsumer(driver.Consumer):

@@ -157,8 +157,8 @@ def scheduler_for(inbox: Inbox) -> type[DefaultSchedulingStrategy]:
 FETCH_MAX_WAIT_MS = 100
 
 
-def read_committed(app: faust.App, *, offsets_in_transactions: bool = False,
-                   fetch_max_bytes: int | None = None) -> None:
+def read_committed(app: faust.App, *, fetch_max_bytes: int,
+                   offsets_in_transactions: bool = False) -> None:
     """Make the worker's consumer read `read_committed` (DESIGN, "Delivery guarantee").
 
     Connectors may publish in transactions, and an aborted confirmation was never confirmed:
@@ -169,7 +169,7 @@ def read_committed(app: faust.App, *, offsets_in_transactions: bool = False,
     The aborted records' offsets then never arrive; the processor acks such gaps with the next
     batch.
 
-    With `fetch_max_bytes`, a fetch response holds at most that, over all partitions
+    A fetch response holds at most `fetch_max_bytes`, over all partitions
     (TRANSCRIPT_FETCH_BUFFER_MB; faust has no setting for it either).
 
     With `offsets_in_transactions` (exactly-once), the input offsets are committed by the
