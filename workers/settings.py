@@ -273,7 +273,8 @@ class WorkerSettings(BaseModel):
     session_timeout_s: float = Field(default=10.0, ge=1.0, le=1800, allow_inf_nan=False)
     # group.instance.id (a pod name): one per worker process of the group, stable across restarts
     instance_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._-]{1,249}$")
-    # the worker buffers at most 3 batches of input: this bounds what it holds in memory too
+    # the worker holds at most 2 batches of input decoded (one waiting, one decided) and a fetch
+    # response: this bounds what it holds in memory too
     max_batch: int = Field(default=20_000, ge=1, le=1_000_000)
     # a batch of fewer records waits this long to fill: a second adds a second to latency
     linger_ms: float = Field(default=1.0, ge=0, le=1000, allow_inf_nan=False)
@@ -319,6 +320,12 @@ class WorkerSettings(BaseModel):
         """The most one fetch response holds, over all partitions (the consumer's
         fetch_max_bytes)."""
         return self.fetch_buffer_mb * 1024 * 1024
+
+    def poll_records(self) -> int:
+        """The most records one poll of the consumer hands the inbox: an eighth of a batch, so
+        the inbox stops taking polls an eighth short of a batch and never holds more than one
+        decoded (what waits beyond it stays in the fetch response, as bytes)."""
+        return max(1, self.max_batch // 8)
 
     def fetch_bytes_per_partition(self) -> int:
         """What one partition may fill of a fetch response: the largest record batch the input

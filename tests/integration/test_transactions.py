@@ -189,6 +189,35 @@ def test_settle_waits_for_a_transaction_open_on_the_changelog(env, topics):
     assert committed_values(ks, changelog, 2, settle=False) == [b"1", b"2"]
 
 
+def test_a_transaction_that_is_handed_its_records_releases_each_once_sent(env, topics):
+    """The worker hands a batch's outputs over (release): each slot is emptied once its record
+    is in a producer batch, and the offsets returned are still where each was written."""
+    ks = kafka_settings(env)
+    changelog = changelog_topic(ks.topic_prefix, "transcript-owner", "sessions")
+    entries, group = ks.topic(ENTRIES), ks.topic_prefix + "release"
+    records = [(entries, 5, b"k%d" % i, b"entry %d" % i, (("h", b"v"),)) for i in range(3)]
+    records += [(changelog, 5, b"s", b"head", ()), (entries, 6, b"k9", b"entry 9", ())]
+    sent = list(records)
+
+    async def scenario() -> list[int]:
+        txns = BatchTransactions(producer_factory(ks, group), f"{group}-w1")
+        await txns.start()
+        try:
+            return await txns.commit(records, {}, group, release=True)
+        finally:
+            await txns.close()
+
+    offsets = asyncio.run(scenario())
+    assert records == [None] * len(sent)
+    local_state.settle(ks, [(entries, 5), (entries, 6), (changelog, 5)], timeout_s=30)
+    for topic, partition in ((entries, 5), (entries, 6), (changelog, 5)):
+        found = {r.offset: (r.key, r.value)
+                 for r in read(ks, topic, partitions=[partition], timeout=60)}
+        mine = [(o, (r[2], r[3])) for o, r in zip(offsets, sent, strict=True)
+                if (r[0], r[1]) == (topic, partition)]
+        assert mine and all(found.get(o) == kv for o, kv in mine), (topic, partition)
+
+
 def test_committed_offsets_wait_for_a_pending_transactional_offset_commit(env, topics,
                                                                          monkeypatch):
     from aiokafka import TopicPartition as AioTopicPartition

@@ -39,7 +39,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[Clock]:
 
 
 def inbox() -> Inbox:
-    box = Inbox(TOPIC, maxsize=1000)
+    box = Inbox(TOPIC, maxsize=1000, poll=100)
     box.attach(SimpleNamespace(consumer_generation_id=1, consumer=None))
     return box
 
@@ -105,3 +105,65 @@ def test_no_linger_configured_never_sleeps(clock: Clock) -> None:
     box.divert(fetched(0))
     take(box, linger_s=0)
     assert clock.slept == []
+
+
+class Consumer:
+    """What the inbox reports to faust's consumer: the partitions it stops handing over."""
+
+    def __init__(self, *partitions: int) -> None:
+        self.tps = [TP(TOPIC, p) for p in partitions]
+        self.full: set[TP] = set()
+
+    def assignment(self) -> list[TP]:
+        return self.tps
+
+    def on_buffer_full(self, tp: TP) -> None:
+        self.full.add(tp)
+
+    def on_buffer_drop(self, tp: TP) -> None:
+        self.full.discard(tp)
+
+
+def bounded(maxsize: int, poll: int, consumer: Consumer) -> Inbox:
+    box = Inbox(TOPIC, maxsize=maxsize, poll=poll)
+    box.attach(SimpleNamespace(consumer_generation_id=1, consumer=consumer))
+    return box
+
+
+def test_the_inbox_stops_polls_while_one_more_could_pass_its_bound() -> None:
+    consumer = Consumer(0, 1)
+    box = bounded(maxsize=1000, poll=100, consumer=consumer)
+    offset, polls = 0, 0
+    while not consumer.full:  # full polls, as a drain of a backlog hands them over
+        box.divert(fetched(*range(offset, offset + 100), partition=polls % 2))
+        offset, polls = offset + 100, polls + 1
+    assert len(box) == 1000 and polls == 10  # at 900 one more poll still fitted
+    assert consumer.full == set(consumer.tps)
+    assert box.high_water == 1000
+
+
+def test_an_uneven_poll_never_takes_the_inbox_past_its_bound() -> None:
+    consumer = Consumer(0)
+    box = bounded(maxsize=1000, poll=100, consumer=consumer)
+    box.divert(fetched(*range(899)))
+    assert not consumer.full  # 899: a poll of up to 100 still fits
+    box.divert(fetched(*range(899, 999)))
+    assert consumer.full and len(box) == 999
+
+
+def test_a_batch_taken_below_half_resumes_the_polls(clock: Clock) -> None:
+    consumer = Consumer(0)
+    box = bounded(maxsize=1000, poll=100, consumer=consumer)
+    box.divert(fetched(*range(950)))
+    assert consumer.full
+    take(box, max_items=400)  # 550 left: above half, still full
+    assert consumer.full
+    take(box, max_items=100)  # 450 left
+    assert not consumer.full
+
+
+def test_a_poll_as_large_as_the_bound_stops_after_every_poll() -> None:
+    consumer = Consumer(0)
+    box = bounded(maxsize=1, poll=1, consumer=consumer)
+    box.divert(fetched(0))
+    assert consumer.full and len(box) == 1

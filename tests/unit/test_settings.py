@@ -478,6 +478,15 @@ def test_a_fetch_is_bounded_over_all_partitions_and_a_partition_fits_any_batch(
     assert ws.fetch_bytes_per_partition() == per_partition
 
 
+@pytest.mark.parametrize(("max_batch", "poll"),
+                         [(20_000, 2_500), (7, 1), (1, 1), (1_000_000, 125_000)])
+def test_a_poll_hands_over_an_eighth_of_a_batch(max_batch, poll):
+    """The inbox takes polls while one more fits its bound of a batch (workers.stream.ingest):
+    a poll of a whole batch held two batches decoded in the inbox at the peak (issue 43)."""
+    ws = worker_settings({"TRANSCRIPT_MAX_BATCH": str(max_batch)})
+    assert ws.poll_records() == poll
+
+
 def test_a_partitions_share_holds_the_largest_batch_the_input_topics_accept():
     """MAX_INPUT_BATCH_BYTES is the input topics' max.message.bytes in topics.yaml: a batch
     larger than a partition's share of a fetch comes only as a response's first partition."""

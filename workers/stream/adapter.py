@@ -584,7 +584,7 @@ def _produce_v2_handler(base: type) -> type:
                 return super().create_request()
             topics: dict[str, list] = collections.defaultdict(list)
             for tp, batch in self._batches.items():
-                topics[tp.topic].append((tp.partition, bytes(batch.get_data_buffer())))
+                topics[tp.topic].append((tp.partition, batch.get_data_buffer()))
             return request_class(txn.transactional_id, self._sender._acks,
                                  self._sender._request_timeout_ms, list(topics.items()))
 

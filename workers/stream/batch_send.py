@@ -5,19 +5,24 @@ awaiting each one serialises the batch. Building the record batches ourselves
 (`create_batch`/`send_batch`, aiokafka's public batch API) costs a few µs a record. Records
 keep their order within a partition: a partition's batches are queued in order, and the
 producer is idempotent, so a retry cannot reorder or duplicate them.
+
+With `release`, the caller hands the records over: each slot of `records` is emptied once its
+record is in a producer batch, so a large batch's outputs are held once (in the producer's
+batches) and not twice while they are acked.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 # (topic, partition, key, value, headers)
 Record = tuple[str, int, bytes | None, bytes, Sequence[tuple[str, bytes]]]
 
 
-async def send_all(producer: Any, records: Sequence[Record]) -> list[int]:
+async def send_all(producer: Any, records: Sequence[Record], *,
+                   release: bool = False) -> list[int]:
     """Send `records` and wait until all are acked; returns the offset each was written at."""
     by_partition: dict[tuple[str, int], list[int]] = {}
     for i, record in enumerate(records):
@@ -39,6 +44,10 @@ async def send_all(producer: Any, records: Sequence[Record]) -> list[int]:
                         topic, value, key=key, partition=partition, headers=list(headers))))
                     continue
             members.append(i)
+        if release:
+            slots = cast(list, records)
+            for i in indices:
+                slots[i] = None
         if members:
             pending.append((members, await producer.send_batch(batch, topic,
                                                                partition=partition)))

@@ -132,14 +132,10 @@ class Checkpointer:
             self._pending.add(self._copy.partition)
             self._copy = self.copying = None
 
-    def note_sent(self, partition: int, diagnostics_topic: str,
-                  records: list, offsets: list[int]) -> None:
-        """After a partition's transaction committed: where its diagnostics partition ends."""
-        for i in range(len(records) - 1, -1, -1):
-            r = records[i]
-            if r[0] == diagnostics_topic and r[1] == partition:
-                self.diagnostics_next[partition] = offsets[i] + 1
-                return
+    def note_sent(self, partition: int, last_diagnostic: int) -> None:
+        """After a partition's transaction committed: its last diagnostic was written at
+        offset `last_diagnostic` of its diagnostics partition, which ends after it."""
+        self.diagnostics_next[partition] = last_diagnostic + 1
 
     def forget(self) -> None:
         """A new generation: positions and diagnostics ends are read again."""

@@ -15,11 +15,13 @@ faust reads no changelog).
 `workers.stream.processor` takes the inbox in batches and acks each message itself once its outputs
 and state are durable; faust tracks those acks and commits them as usual.
 
-Back-pressure: when the inbox holds more than its bound, the input partitions are reported to
-the consumer as full (`Consumer.on_buffer_full`, the hook faust's own channels use), so it
-stops fetching them until the processor has taken the inbox below half (`on_buffer_drop`).
-With `broker_max_poll_records` at a batch, the inbox never holds more than its bound plus
-one batch (aiokafka keeps at most one fetch response per partition below that).
+Back-pressure: a poll hands over at most `poll` records (`broker_max_poll_records`), and once
+one more poll could take the inbox past its bound, the input partitions are reported to the
+consumer as full (`Consumer.on_buffer_full`, the hook faust's own channels use), so it stops
+handing them over until the processor has taken the inbox below half (`on_buffer_drop`). The
+inbox so never holds more than its bound (a batch) of decoded messages; what is fetched beyond
+it waits in aiokafka as the fetch response's bytes, less than half their size decoded (at
+most one response: TRANSCRIPT_FETCH_BUFFER_MB).
 """
 
 from __future__ import annotations
@@ -41,10 +43,12 @@ class Inbox:
     """The fetched records of the topics the processor reads, as faust messages, oldest first:
     the input topic, and transcript.control (read with the input partition of its number)."""
 
-    def __init__(self, topic: str, maxsize: int, control: str | None = None) -> None:
+    def __init__(self, topic: str, maxsize: int, poll: int, control: str | None = None) -> None:
         self.topic = topic  # the input topic
         self.topics = frozenset({topic} if control is None else {topic, control})
-        self.maxsize = maxsize
+        self.maxsize = maxsize  # the most messages it holds
+        # the most one poll hands over (broker_max_poll_records): full above maxsize - poll
+        self.full_above = max(0, maxsize - poll)
         self.app: Any = None  # set by attach(), before the consumer starts fetching
         self._items: deque[ConsumerMessage] = deque()
         self._not_empty = asyncio.Event()
@@ -84,7 +88,7 @@ class Inbox:
         self._not_empty.set()
         size = len(items)
         self.high_water = max(self.high_water, size)
-        if size > self.maxsize:  # pause every input partition, or each adds one more fetch
+        if size > self.full_above:  # pause every input partition, or each adds one more poll
             consumer = self.app.consumer
             for tp in consumer.assignment():
                 if tp.topic in self.topics and tp not in self._full:

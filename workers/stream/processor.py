@@ -407,6 +407,7 @@ class Processor:
                         partition = m.partition % counts[topic]
                     sends.append((topic, partition, o.key, o.value, o.headers))
             apply(store, step)
+            m.key = m.value = m.headers = None  # decided: its payload is not needed again
         store.sweep(self._partitions, max(1, len(messages) // SWEEP_SHARE))
         writes = store.take_writes()
         changelog = self.state.changelog
@@ -493,13 +494,20 @@ class Processor:
         """The batch in one transaction: every partition's outputs, then its position record
         (after its entries: a reader that sees the position has seen them), checkpoint parts,
         state and offsets; the local state is written only once it committed (a failure exits:
-        see run). A partition with a position commits the offsets its record holds."""
+        see run). A partition with a position commits the offsets its record holds. The
+        outputs are handed over (`by_partition` is emptied): the transaction releases each once
+        it is in a producer batch."""
         state: list[Record] = [(changelog, p, k, v, ()) for p, k, v in writes]
         records: list[Record] = []
-        outputs: dict[int, tuple[int, int]] = {}  # partition -> its outputs' slice of records
+        diagnostics = self.topic_names.get(DIAGNOSTICS)
+        last_diagnostic: dict[int, int] = {}  # partition -> its last diagnostic's index
         for p, sends in by_partition.items():
-            outputs[p] = (len(records), len(records) + len(sends))
+            for i in range(len(sends) - 1, -1, -1):
+                if sends[i][0] == diagnostics and sends[i][1] == p:
+                    last_diagnostic[p] = len(records) + i
+                    break
             records.extend(sends)
+        by_partition.clear()
         wall = self.clock.now
         if positions:
             records.extend(self.positions.records(positions, wall))
@@ -512,13 +520,13 @@ class Processor:
             offsets[(self.source_name, p)] = inp
             if self.control_name is not None:
                 offsets[(self.control_name, p)] = ctl
-        written = await self.transactions.commit(records, offsets, self.member(self._generation))
+        written = await self.transactions.commit(records, offsets, self.member(self._generation),
+                                                 release=True)
         if positions:
             self.positions.written(positions, wall.timestamp())
-        checkpoints, diagnostics = self.checkpoints, self.topic_names.get(DIAGNOSTICS)
-        if checkpoints is not None:
-            for p, (first, end) in outputs.items():
-                checkpoints.note_sent(p, diagnostics, by_partition[p], written[first:end])
+        if self.checkpoints is not None:
+            for p, i in last_diagnostic.items():
+                self.checkpoints.note_sent(p, written[i])
         if state:
             self._apply(state, written[len(records) - len(state):])
 

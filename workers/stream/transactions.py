@@ -135,19 +135,19 @@ class BatchTransactions:
                         timeout_s)
 
     async def commit(self, records: Sequence[Record], next_offsets: Mapping[tuple[str, int], int],
-                     member: GroupMember) -> list[int]:
+                     member: GroupMember, *, release: bool = False) -> list[int]:
         """Send `records` and commit the input offsets `next_offsets` ((topic, partition) ->
         the next offset to read) as `member` in one transaction; the offsets the records were
-        written at."""
+        written at. `release`: the records are handed over (batch_send.send_all)."""
         self._idle.clear()
         try:
-            return await self._transaction(records, next_offsets, member)
+            return await self._transaction(records, next_offsets, member, release)
         finally:
             self._idle.set()
 
     async def _transaction(self, records: Sequence[Record],
                            next_offsets: Mapping[tuple[str, int], int],
-                           member: GroupMember) -> list[int]:
+                           member: GroupMember, release: bool = False) -> list[int]:
         producer = self.producer
         if producer is None:
             raise TransactionFailed("the transactional producer is not started")
@@ -161,7 +161,7 @@ class BatchTransactions:
             # AddOffsetsToTxn sometimes met the last transaction's markers still being written
             # and aiokafka waited 100 ms (its retry backoff) for it: p99 of a 24-record
             # transaction here 112 ms against 13 ms one after the other
-            offsets = await send_all(producer, records)
+            offsets = await send_all(producer, records, release=release)
             if next_offsets:
                 from aiokafka import TopicPartition
 

@@ -117,7 +117,8 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
     # the worker's name in the group is its transactional id: the group's members then say
     # whose transactions are alive (workers.stream.fencing, workers.stream.standby)
     name = worker_transactional_id(ks.topic_prefix + ws.app_id, ws.instance_id, datadir)
-    inbox = Inbox(ks.topic(CONFIRMATIONS), maxsize=ws.max_batch, control=ks.topic(CONTROL))
+    inbox = Inbox(ks.topic(CONFIRMATIONS), maxsize=ws.max_batch, poll=ws.poll_records(),
+                  control=ks.topic(CONTROL))
     warm: list[Callable[[], set[int]]] = [set]  # the standbys' warm partitions, once they exist
     app = faust.App(
         ks.topic_prefix + ws.app_id,
@@ -143,10 +144,10 @@ def build_app(ks: KafkaSettings, ws: WorkerSettings, topic_partitions: dict[str,
         # a partition's share of a fetch holds any batch of the input; the response is bounded
         # over all partitions (TRANSCRIPT_FETCH_BUFFER_MB: read_committed below)
         consumer_max_fetch_size=ws.fetch_bytes_per_partition(),
-        # a fetch hands over at most a batch: with the inbox's bound of one batch, the inbox
-        # holds at most 2 and the worker 3 batches of input records (one is decided), plus a
-        # fetch response in aiokafka (TRANSCRIPT_FETCH_BUFFER_MB)
-        broker_max_poll_records=ws.max_batch,
+        # a poll hands over an eighth of a batch, and the inbox takes polls while one more
+        # fits its bound of a batch: the worker holds 2 batches of input records decoded (one
+        # is decided), plus a fetch response in aiokafka (TRANSCRIPT_FETCH_BUFFER_MB)
+        broker_max_poll_records=ws.poll_records(),
         ConsumerScheduler=scheduler_for(inbox),
         TableManager=PromptTableManager,
         # standbys of the input's partitions, placed by faust's assignor, kept warm by the
