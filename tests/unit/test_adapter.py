@@ -198,8 +198,18 @@ def test_canary_faust_awaits_the_table_managers_on_rebalance_at_each_assignment(
     assert app.tables.on_rebalance is hook and recover.__func__ is TableManager.on_rebalance
 
 
-def test_canary_faust_consumer_builds_aiokafka_consumer_and_commits_through_hooks(tmp_path):
+def read_committed_app(tmp_path: Path) -> tuple:
+    """A faust app (not started) with adapter.read_committed_consumer, and its consumer."""
     import faust
+
+    app = faust.App("canary", broker="kafka://127.0.0.1:9092", datadir=str(tmp_path),
+                    web_enabled=False)
+    adapter.use_consumer(app, adapter.read_committed_consumer(
+        fetch_max_wait_ms=100, offsets_in_transactions=True, fetch_max_bytes=12345))
+    return app, app.consumer
+
+
+def test_canary_faust_consumer_builds_aiokafka_consumer_and_commits_through_hooks(tmp_path):
     from aiokafka import AIOKafkaConsumer
     from aiokafka.consumer.fetcher import Fetcher
     from faust.transport import base
@@ -243,11 +253,7 @@ def test_canary_faust_consumer_builds_aiokafka_consumer_and_commits_through_hook
         "adapter.use_consumer would not install the read_committed consumer")
 
     async def built() -> tuple:
-        app = faust.App("canary", broker="kafka://127.0.0.1:9092", datadir=str(tmp_path),
-                        web_enabled=False)
-        adapter.use_consumer(app, adapter.read_committed_consumer(
-            fetch_max_wait_ms=100, offsets_in_transactions=True, fetch_max_bytes=12345))
-        consumer = app.consumer
+        app, consumer = read_committed_app(tmp_path)
         client = consumer._thread._create_worker_consumer(app.transport)
         try:
             return (type(consumer).__name__, client._isolation_level,
@@ -257,6 +263,52 @@ def test_canary_faust_consumer_builds_aiokafka_consumer_and_commits_through_hook
             await client.stop()
 
     assert asyncio.run(built()) == ("ReadCommittedConsumer", "read_committed", 100, 12345, True)
+
+
+def test_canary_faust_consumer_waits_a_poll_or_a_second_while_partitions_are_full():
+    """adapter.read_committed_consumer replaces that wait by one for on_buffer_drop."""
+    from faust.transport import consumer as faust_consumer
+
+    consumer = faust_consumer.Consumer
+    wait = inspect.getsource(consumer._wait_next_records)
+    assert "await self.sleep(1)" in wait and "self._get_active_partitions()" in wait and (
+        "self.not_waiting_next_records.set()" in wait), (
+        "faust's Consumer._wait_next_records changed: check what adapter.read_committed_"
+        "consumer's wait for on_buffer_drop in front of it still matches")
+    assert "self._buffered_partitions.add(tp)" in inspect.getsource(consumer.on_buffer_full)
+    drop = inspect.getsource(consumer.on_buffer_drop)
+    assert "active_partitions.add(tp)" in drop and "buffered_partitions.discard(tp)" in drop, (
+        "faust's Consumer.on_buffer_drop no longer makes the partition active again")
+
+
+def test_a_consumer_with_its_input_full_polls_again_once_it_drops(tmp_path):
+    from faust.types import TP
+
+    async def polled() -> list:
+        _, consumer = read_committed_app(tmp_path)
+        tp, leader = TP("input", 0), TP("canary-__assignor-__leader", 0)
+        consumer._set_active_tps({tp, leader})
+        consumer.on_buffer_full(tp)
+        polls: list = []
+
+        async def getmany(active_partitions: set, timeout: float) -> dict:
+            polls.append(set(active_partitions))
+            return {}
+
+        async def slept(seconds: float) -> None:
+            raise AssertionError(f"slept {seconds}s with the input full")
+
+        # faust would long-poll the leader topic alone for the timeout (or sleep, with none)
+        consumer._getmany, consumer.sleep = getmany, slept
+        waiting = asyncio.ensure_future(consumer._wait_next_records(30.0))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert not waiting.done() and polls == []
+        consumer.on_buffer_drop(tp)
+        assert await asyncio.wait_for(waiting, 60) == ({}, {tp, leader})
+        return polls
+
+    assert asyncio.run(polled()) == [{TP("input", 0), TP("canary-__assignor-__leader", 0)}]
 
 
 def test_canary_mode_worker_schedules_its_shutdown_on_each_signal():
@@ -291,7 +343,7 @@ PRIVATE_NAMES = (
     # faust
     "_update_channels", "_create_worker_consumer", "_new_consumer_thread", "_commit", "_thread",
     "_ensure_consumer", "__faust", "_metadata", "_perform_assignment", "_protocol_assignments",
-    "_get_client_metadata",
+    "_get_client_metadata", "_wait_next_records", "_buffered_partitions",
     # mode
     "_schedule_shutdown", "_signal_stop_time",
     # aiokafka

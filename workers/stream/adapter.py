@@ -25,7 +25,9 @@ The rest, by owner:
                           (workers.stream.state_owner)
   faust's consumer        `read_committed_consumer` (read_committed, short polls, a fetch
                           response's bound, aiokafka's Fetcher holding what it fetched until
-                          it is taken: `FETCH_HOLD_S`), `use_consumer`; `membership`,
+                          it is taken: `FETCH_HOLD_S`; no long poll of faust's leader topic
+                          nor second's sleep while the inbox is full: a wait for it to
+                          drop), `use_consumer`; `membership`,
                           `request_rejoin`
   faust's assignor        `warm_assignor` (standbys reported only when warm; moves to a member
                           without a warm standby held back: workers.core.warmup)
@@ -43,6 +45,7 @@ The rest, by owner:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -270,8 +273,30 @@ def read_committed_consumer(*, fetch_max_wait_ms: int, offsets_in_transactions: 
             return consumer
 
     class ReadCommittedConsumer(driver.Consumer):
+        _resumed: asyncio.Event | None = None
+
         def _new_consumer_thread(self) -> Any:
             return ReadCommittedThread(self, loop=self.loop, beacon=self.beacon)
+
+        def on_buffer_drop(self, tp: Any) -> None:
+            super().on_buffer_drop(tp)
+            if self._resumed is not None:
+                self._resumed.set()
+
+        async def _wait_next_records(self, timeout: float) -> tuple[Any, Any]:
+            # While the inbox reports its partitions full, faust goes on long-polling the
+            # others (its leader topic's, which carry no records) for `timeout`, or sleeps that
+            # long with none: a second lost for each pause, which was most of a batch's time at
+            # a small TRANSCRIPT_MAX_BATCH. Wait for the inbox to drop them instead.
+            while (self._buffered_partitions and self.flow_active
+                   and not self.app.client_only):
+                if self._resumed is None:
+                    self._resumed = asyncio.Event()
+                self._resumed.clear()
+                self.not_waiting_next_records.set()
+                if (await self.wait_first(self._resumed, timeout=timeout)).stopped:
+                    return None, None
+            return await super()._wait_next_records(timeout)
 
         async def _commit(self, offsets: Mapping[Any, int]) -> bool:
             if offsets_in_transactions:
