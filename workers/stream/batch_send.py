@@ -6,9 +6,9 @@ awaiting each one serialises the batch. Building the record batches ourselves
 keep their order within a partition: a partition's batches are queued in order, and the
 producer is idempotent, so a retry cannot reorder or duplicate them.
 
-With `release`, the caller hands the records over: each slot of `records` is emptied once its
-record is in a producer batch, so a large batch's outputs are held once (in the producer's
-batches) and not twice while they are acked.
+`send_handed_over` takes the caller's list of records: each slot is emptied once its record is
+in a producer batch, so a large batch's outputs are held once (in the producer's batches) and
+not twice while they are acked.
 """
 
 from __future__ import annotations
@@ -21,9 +21,19 @@ from typing import Any, cast
 Record = tuple[str, int, bytes | None, bytes, Sequence[tuple[str, bytes]]]
 
 
-async def send_all(producer: Any, records: Sequence[Record], *,
-                   release: bool = False) -> list[int]:
+async def send_all(producer: Any, records: Sequence[Record]) -> list[int]:
     """Send `records` and wait until all are acked; returns the offset each was written at."""
+    return await _send(producer, records, None)
+
+
+async def send_handed_over(producer: Any, records: list[Record | None]) -> list[int]:
+    """`send_all`, emptying each slot of `records` (set to None) once its record is in a
+    producer batch: the caller hands the records over."""
+    return await _send(producer, cast(list[Record], records), records)
+
+
+async def _send(producer: Any, records: Sequence[Record],
+                release: list[Record | None] | None) -> list[int]:
     by_partition: dict[tuple[str, int], list[int]] = {}
     for i, record in enumerate(records):
         by_partition.setdefault((record[0], record[1]), []).append(i)
@@ -44,10 +54,9 @@ async def send_all(producer: Any, records: Sequence[Record], *,
                         topic, value, key=key, partition=partition, headers=list(headers))))
                     continue
             members.append(i)
-        if release:
-            slots = cast(list, records)
+        if release is not None:
             for i in indices:
-                slots[i] = None
+                release[i] = None
         if members:
             pending.append((members, await producer.send_batch(batch, topic,
                                                                partition=partition)))

@@ -56,7 +56,7 @@ from workers.ops.health import Health
 from workers.ops.metrics import Metrics
 from workers.stream import heap
 from workers.stream.adapter import GroupMember
-from workers.stream.batch_send import Record, send_all
+from workers.stream.batch_send import Record, send_all, send_handed_over
 from workers.stream.checkpoints import Checkpointer
 from workers.stream.clients import OffsetsReader
 from workers.stream.ingest import Inbox
@@ -151,6 +151,7 @@ class Processor:
         self.positions = positions
         self.gap_watch: GapWatch | None = None  # set by the worker's assembly, with positions
         self.control_name = next(iter(inbox.topics - {inbox.topic}), None)
+        self._stopping: asyncio.Future | None = None
 
     async def run(self) -> None:
         batch: asyncio.Future | None = None
@@ -167,10 +168,13 @@ class Processor:
                 batch = asyncio.ensure_future(self._batch(messages))
                 await asyncio.shield(batch)
                 batch = None
+            if watch is not None:  # the app stops between batches (no cancellation came)
+                watch.cancel()
+            await asyncio.shield(self._stop_once(None))
         except asyncio.CancelledError:
             if watch is not None:
                 watch.cancel()
-            await asyncio.shield(self._stop(batch))
+            await asyncio.shield(self._stop_once(batch))
             raise
         except Exception:
             self.health.send(Fail())
@@ -178,6 +182,13 @@ class Processor:
                           "none of it applied locally (its offsets are not committed)")
             logging.shutdown()
             os._exit(EXIT_FATAL)
+
+    def _stop_once(self, batch: asyncio.Future | None) -> asyncio.Future:
+        """The stop (below), started once: a cancellation can come while the loop's own stop
+        runs."""
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._stop(batch))
+        return self._stopping
 
     async def _stop(self, batch: asyncio.Future | None) -> None:
         """The worker is stopping: the batch in flight commits (or, past the shutdown timeout,
@@ -371,7 +382,10 @@ class Processor:
         handle: Callable = self.owner.handle
         store = self.store
         names, counts = self.topic_names, self.topic_partitions
-        by_partition: dict[int, list[Record]] = {}  # input partition -> its records' outputs
+        outputs: list[Record | None] = []  # the records' outputs, in input order
+        # exactly-once, with checkpoints: input partition -> its last diagnostic in outputs
+        diagnostics = names.get(DIAGNOSTICS) if self.checkpoints is not None else None
+        last_diagnostic: dict[int, int] = {}
         # input partition -> the offsets to commit: of the input topic, and of transcript.control
         next_offset: dict[int, dict[str, int]] = {}
         self._cut_over(messages)
@@ -395,17 +409,17 @@ class Processor:
                     written.append(ts)
             elif outcome == "dead_letter":
                 dead.append(step.decided.error if step.decided else None)
-            if step.sends:
-                sends = by_partition.setdefault(m.partition, [])
-                for o in step.sends:
-                    topic = names[o.topic]
-                    if o.partition is not None:
-                        partition = o.partition
-                    elif o.key is not None:  # what the producer's default partitioner picks
-                        partition = (murmur2(o.key) & 0x7FFFFFFF) % counts[topic]
-                    else:  # a dead letter without a key: beside its source
-                        partition = m.partition % counts[topic]
-                    sends.append((topic, partition, o.key, o.value, o.headers))
+            for o in step.sends:
+                topic = names[o.topic]
+                if o.partition is not None:
+                    partition = o.partition
+                elif o.key is not None:  # what the producer's default partitioner picks
+                    partition = (murmur2(o.key) & 0x7FFFFFFF) % counts[topic]
+                else:  # a dead letter without a key: beside its source
+                    partition = m.partition % counts[topic]
+                if topic == diagnostics and partition == m.partition:
+                    last_diagnostic[partition] = len(outputs)
+                outputs.append((topic, partition, o.key, o.value, o.headers))
             apply(store, step)
             m.key = m.value = m.headers = None  # decided: its payload is not needed again
         store.sweep(self._partitions, max(1, len(messages) // SWEEP_SHARE))
@@ -416,10 +430,10 @@ class Processor:
             if self.checkpoints is not None and self.checkpoints.due(wall_s):
                 extra = self._checkpoint(messages, wall_s)
             positions = self._positions(next_offset.keys(), wall_s)
-            await self._commit_transactions(by_partition, next_offset, writes, changelog, extra,
-                                            positions)
+            await self._commit_transactions(outputs, last_diagnostic, next_offset, writes,
+                                            changelog, extra, positions)
             return dead, written
-        await send_all(self.producer, [r for rs in by_partition.values() for r in rs])
+        await send_handed_over(self.producer, outputs)
         if writes:
             records = [(changelog, p, k, v, ()) for p, k, v in writes]
             self._apply(records, await send_all(self.producer, records))
@@ -443,7 +457,7 @@ class Processor:
                 offsets.setdefault(tp.partition, {})[tp.topic] = cursor.position
         self.clock.tick()
         try:
-            await self._commit_transactions({}, offsets, [], self.state.changelog, extra,
+            await self._commit_transactions([], {}, offsets, [], self.state.changelog, extra,
                                             positions)
         except Overtaken as exc:
             # No input message holds a revocation back while this commits (as a batch's do),
@@ -487,27 +501,20 @@ class Processor:
                          "offset %s only (the erase cut-over; later ones come through "
                          "transcript.control)", m.partition, start)
 
-    async def _commit_transactions(self, by_partition: dict[int, list[Record]],
+    async def _commit_transactions(self, outputs: list[Record | None],
+                                   last_diagnostic: dict[int, int],
                                    next_offset: dict[int, dict[str, int]], writes: list,
                                    changelog: str, extra: dict[int, list[Record]] | None = None,
                                    positions: dict[int, tuple[int, int]] | None = None) -> None:
         """The batch in one transaction: every partition's outputs, then its position record
         (after its entries: a reader that sees the position has seen them), checkpoint parts,
         state and offsets; the local state is written only once it committed (a failure exits:
-        see run). A partition with a position commits the offsets its record holds. The
-        outputs are handed over (`by_partition` is emptied): the transaction releases each once
-        it is in a producer batch."""
+        see run). A partition with a position commits the offsets its record holds. `outputs`
+        is handed over: the rest is appended to it, and the transaction empties each slot once
+        its record is in a producer batch (`last_diagnostic`: a partition's last diagnostic's
+        index in it, for the checkpoints)."""
         state: list[Record] = [(changelog, p, k, v, ()) for p, k, v in writes]
-        records: list[Record] = []
-        diagnostics = self.topic_names.get(DIAGNOSTICS)
-        last_diagnostic: dict[int, int] = {}  # partition -> its last diagnostic's index
-        for p, sends in by_partition.items():
-            for i in range(len(sends) - 1, -1, -1):
-                if sends[i][0] == diagnostics and sends[i][1] == p:
-                    last_diagnostic[p] = len(records) + i
-                    break
-            records.extend(sends)
-        by_partition.clear()
+        records = outputs
         wall = self.clock.now
         if positions:
             records.extend(self.positions.records(positions, wall))
@@ -521,12 +528,11 @@ class Processor:
             if self.control_name is not None:
                 offsets[(self.control_name, p)] = ctl
         written = await self.transactions.commit(records, offsets, self.member(self._generation),
-                                                 release=True)
+                                                 handed_over=True)
         if positions:
             self.positions.written(positions, wall.timestamp())
-        if self.checkpoints is not None:
-            for p, i in last_diagnostic.items():
-                self.checkpoints.note_sent(p, written[i])
+        for p, i in last_diagnostic.items():
+            self.checkpoints.note_sent(p, written[i])
         if state:
             self._apply(state, written[len(records) - len(state):])
 

@@ -30,7 +30,7 @@ import logging
 import socket
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from workers.core.errors import OwnerError
 from workers.stream.adapter import (
@@ -40,7 +40,7 @@ from workers.stream.adapter import (
     transaction_version,
     use_transactions_v2,
 )
-from workers.stream.batch_send import Record, send_all
+from workers.stream.batch_send import Record, send_all, send_handed_over
 
 log = logging.getLogger("transcript_owner.transactions")
 
@@ -134,20 +134,22 @@ class BatchTransactions:
             log.warning("stopping: a transaction still open after %.0fs; leaving the group",
                         timeout_s)
 
-    async def commit(self, records: Sequence[Record], next_offsets: Mapping[tuple[str, int], int],
-                     member: GroupMember, *, release: bool = False) -> list[int]:
+    async def commit(self, records: Sequence[Record] | list[Record | None],
+                     next_offsets: Mapping[tuple[str, int], int], member: GroupMember, *,
+                     handed_over: bool = False) -> list[int]:
         """Send `records` and commit the input offsets `next_offsets` ((topic, partition) ->
         the next offset to read) as `member` in one transaction; the offsets the records were
-        written at. `release`: the records are handed over (batch_send.send_all)."""
+        written at. `handed_over`: `records` is a list the transaction empties as it sends
+        (batch_send.send_handed_over)."""
         self._idle.clear()
         try:
-            return await self._transaction(records, next_offsets, member, release)
+            return await self._transaction(records, next_offsets, member, handed_over)
         finally:
             self._idle.set()
 
-    async def _transaction(self, records: Sequence[Record],
+    async def _transaction(self, records: Sequence[Record] | list[Record | None],
                            next_offsets: Mapping[tuple[str, int], int],
-                           member: GroupMember, release: bool = False) -> list[int]:
+                           member: GroupMember, handed_over: bool) -> list[int]:
         producer = self.producer
         if producer is None:
             raise TransactionFailed("the transactional producer is not started")
@@ -161,7 +163,8 @@ class BatchTransactions:
             # AddOffsetsToTxn sometimes met the last transaction's markers still being written
             # and aiokafka waited 100 ms (its retry backoff) for it: p99 of a 24-record
             # transaction here 112 ms against 13 ms one after the other
-            offsets = await send_all(producer, records, release=release)
+            offsets = await (send_handed_over(producer, cast(list, records)) if handed_over
+                             else send_all(producer, cast(Sequence[Record], records)))
             if next_offsets:
                 from aiokafka import TopicPartition
 
