@@ -190,7 +190,7 @@ def test_settle_waits_for_a_transaction_open_on_the_changelog(env, topics):
 
 
 def test_a_transaction_that_is_handed_its_records_releases_each_once_sent(env, topics):
-    """The worker hands a batch's outputs over (`handed_over`): each slot is emptied once its record
+    """The worker hands a batch's outputs over: each slot is emptied once its record
     is in a producer batch, and the offsets returned are still where each was written."""
     ks = kafka_settings(env)
     changelog = changelog_topic(ks.topic_prefix, "transcript-owner", "sessions")
@@ -203,7 +203,7 @@ def test_a_transaction_that_is_handed_its_records_releases_each_once_sent(env, t
         txns = BatchTransactions(producer_factory(ks, group), f"{group}-w1")
         await txns.start()
         try:
-            return await txns.commit(records, {}, group, handed_over=True)
+            return await txns.commit(records, {}, group)
         finally:
             await txns.close()
 

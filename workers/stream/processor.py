@@ -514,27 +514,25 @@ class Processor:
         its record is in a producer batch (`last_diagnostic`: a partition's last diagnostic's
         index in it, for the checkpoints)."""
         state: list[Record] = [(changelog, p, k, v, ()) for p, k, v in writes]
-        records = outputs
         wall = self.clock.now
         if positions:
-            records.extend(self.positions.records(positions, wall))
+            outputs.extend(self.positions.records(positions, wall))
         for parts in (extra or {}).values():
-            records.extend(parts)
-        records.extend(state)  # a session's state lives in its input partition's changelog
+            outputs.extend(parts)
+        outputs.extend(state)  # a session's state lives in its input partition's changelog
         offsets = {(topic, p): offset for p, by_topic in next_offset.items()
                    for topic, offset in by_topic.items()}
         for p, (inp, ctl) in (positions or {}).items():
             offsets[(self.source_name, p)] = inp
             if self.control_name is not None:
                 offsets[(self.control_name, p)] = ctl
-        written = await self.transactions.commit(records, offsets, self.member(self._generation),
-                                                 handed_over=True)
+        written = await self.transactions.commit(outputs, offsets, self.member(self._generation))
         if positions:
             self.positions.written(positions, wall.timestamp())
         for p, i in last_diagnostic.items():
             self.checkpoints.note_sent(p, written[i])
         if state:
-            self._apply(state, written[len(records) - len(state):])
+            self._apply(state, written[len(outputs) - len(state):])
 
     def _checkpoint(self, messages: list, wall_s: float) -> dict[int, list[Record]]:
         """This batch's share of the checkpoints due (at most `keys_per_batch` state keys in

@@ -28,9 +28,9 @@ import asyncio
 import hashlib
 import logging
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from workers.core.errors import OwnerError
 from workers.stream.adapter import (
@@ -40,7 +40,7 @@ from workers.stream.adapter import (
     transaction_version,
     use_transactions_v2,
 )
-from workers.stream.batch_send import Record, send_all, send_handed_over
+from workers.stream.batch_send import Record, send_handed_over
 
 log = logging.getLogger("transcript_owner.transactions")
 
@@ -134,22 +134,23 @@ class BatchTransactions:
             log.warning("stopping: a transaction still open after %.0fs; leaving the group",
                         timeout_s)
 
-    async def commit(self, records: Sequence[Record] | list[Record | None],
-                     next_offsets: Mapping[tuple[str, int], int], member: GroupMember, *,
-                     handed_over: bool = False) -> list[int]:
+    async def commit(self, records: list[Record | None],
+                     next_offsets: Mapping[tuple[str, int], int], member: GroupMember
+                     ) -> list[int]:
         """Send `records` and commit the input offsets `next_offsets` ((topic, partition) ->
         the next offset to read) as `member` in one transaction; the offsets the records were
-        written at. `handed_over`: `records` is a list the transaction empties as it sends
-        (batch_send.send_handed_over)."""
+        written at. `records` is handed over: the transaction empties each slot once its record
+        is in a producer batch (batch_send.send_handed_over), so a batch's outputs are not held
+        twice while it commits."""
         self._idle.clear()
         try:
-            return await self._transaction(records, next_offsets, member, handed_over)
+            return await self._transaction(records, next_offsets, member)
         finally:
             self._idle.set()
 
-    async def _transaction(self, records: Sequence[Record] | list[Record | None],
+    async def _transaction(self, records: list[Record | None],
                            next_offsets: Mapping[tuple[str, int], int],
-                           member: GroupMember, handed_over: bool) -> list[int]:
+                           member: GroupMember) -> list[int]:
         producer = self.producer
         if producer is None:
             raise TransactionFailed("the transactional producer is not started")
@@ -163,8 +164,7 @@ class BatchTransactions:
             # AddOffsetsToTxn sometimes met the last transaction's markers still being written
             # and aiokafka waited 100 ms (its retry backoff) for it: p99 of a 24-record
             # transaction here 112 ms against 13 ms one after the other
-            offsets = await (send_handed_over(producer, cast(list, records)) if handed_over
-                             else send_all(producer, cast(Sequence[Record], records)))
+            offsets = await send_handed_over(producer, records)
             if next_offsets:
                 from aiokafka import TopicPartition
 
