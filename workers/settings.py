@@ -301,14 +301,16 @@ class WorkerSettings(BaseModel):
     checkpoint_keys_per_batch: int = Field(default=100_000, ge=100, le=10_000_000)
     # memory (docs/configuration.md, "Memory"): what the worker holds does not grow with its
     # sessions or partitions beyond these. The partition stores' block cache and memtables
-    # together (workers.stream.store_memory)
-    state_cache_mb: int = Field(default=64, ge=8, le=65_536)
+    # together (workers.stream.store_memory). 32: 64 held some 20 MB more at a million sessions
+    # on 64 partitions and drained no faster (docs/performance.md)
+    state_cache_mb: int = Field(default=32, ge=8, le=65_536)
     # sessions' heads kept decoded between batches (a head not here is read from its store)
     head_cache: int = Field(default=20_000, ge=0, le=10_000_000)
     # input fetched ahead, over all partitions: the most a fetch response holds; a partition
-    # may fill up to MAX_INPUT_BATCH_BYTES of it. 8: 16 drained no faster and held some 35 MB
-    # more (docs/performance.md)
-    fetch_buffer_mb: int = Field(default=8, ge=1, le=4096)
+    # may fill up to MAX_INPUT_BATCH_BYTES of it. 4: 8 held some 24 MB more at a million
+    # sessions on 64 partitions for about 5% more drain, 16 some 35 MB more again
+    # (docs/performance.md)
+    fetch_buffer_mb: int = Field(default=4, ge=1, le=4096)
     # workers that keep each partition's state warm beside its owner (workers.stream.standby);
     # fewer while the group has fewer other members
     standby_replicas: int = Field(default=1, ge=0, le=16)

@@ -24,7 +24,7 @@ from workers.stream import adapter
 pytestmark = pytest.mark.kafka
 
 PARTITIONS = 64
-FILLED = 8  # partitions given one batch each
+FILLED = 4  # partitions given one batch each
 RECORDS = 600  # of 1 KiB: a batch of about 600 KiB, above the old share of 256 KiB
 
 
@@ -36,7 +36,7 @@ def test_a_fetch_brings_whole_batches_of_several_partitions(env, prefix, tmp_pat
 
     ks = kafka_settings(env)
     ws = worker_settings({**env, "TRANSCRIPT_PARTITIONS": str(PARTITIONS)})
-    assert ws.fetch_bytes() == 8 * 1024 * 1024  # the default buffer, over all partitions
+    assert ws.fetch_bytes() == 4 * 1024 * 1024  # the default buffer, over all partitions
     assert ws.fetch_bytes_per_partition() == MAX_INPUT_BATCH_BYTES
     topic = prefix + "fetch-shape"
     admin = KafkaAdminClient(**ks.kafka_python_kwargs())
@@ -80,8 +80,8 @@ def test_a_fetch_brings_whole_batches_of_several_partitions(env, prefix, tmp_pat
         (now, hold), (before, _) = asyncio.run(scenario())
     finally:
         delete_topics(ks.bootstrap, prefix)
-    # a share that holds the batch: all of them in one response (8 x 600 KiB < 8 MB), whole
+    # a share that holds the batch: all of them in one response (4 x 600 KiB < 4 MB), whole
     assert now == {p: RECORDS for p in range(FILLED)}, now
     assert hold == adapter.FETCH_HOLD_S
-    # the buffer split over 64 partitions (128 KiB each): the first partition's batch only
+    # the buffer split over 64 partitions (64 KiB each): the first partition's batch only
     assert len(before) == 1 and set(before.values()) == {RECORDS}, before

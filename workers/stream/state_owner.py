@@ -32,7 +32,7 @@ from workers.stream.store_memory import StoreMemory, StoreOptions
 
 log = logging.getLogger("transcript_owner.state")
 
-DEFAULT_MEMORY = StoreMemory(cache_mb=64)  # TRANSCRIPT_STATE_CACHE_MB
+DEFAULT_MEMORY = StoreMemory(cache_mb=32)  # TRANSCRIPT_STATE_CACHE_MB
 OPEN_TIMEOUT_S = 30.0  # a store still locked by an exiting process of this state dir
 
 

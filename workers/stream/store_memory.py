@@ -31,7 +31,10 @@ MEMTABLE_MIN = 256 * 1024
 @dataclass(frozen=True)
 class StoreMemory:
     """The stores' memory budget: block cache and memtables together, in MB. It holds while
-    `cache_mb` is at least the stores x 1 MB (their smallest memtables)."""
+    `cache_mb` is at least the stores x 0.5 MB (their smallest memtables, two a store). From
+    the stores x 1 MB the memtables are sized to half of it; below, they sit at their floor and
+    the write buffer manager flushes them at half the budget (the default, 32 MB on 64
+    partitions, is there), so fewer blocks stay cached."""
 
     cache_mb: int
 
