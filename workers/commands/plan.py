@@ -43,8 +43,8 @@ from workers.topics import load_topics, topics_file
 # growth step's move: `make faults`' repartition of 1,000,000 sessions from 8 to 16 partitions
 # (tests/faults/test_repartition_scale.py, bench/results/repartition.json)
 MEASURED = Constants(
-    worker_records_per_s=13_226.0,
-    worker_peak_rss_mb=335.2,
+    worker_records_per_s=12_846.8,
+    worker_peak_rss_mb=295.1,
     move_records_per_s=MOVE_RECORDS_PER_S,
     restore_records_per_s=267_500.0,
     checkpoint_keys_per_s=685_200.0,
@@ -61,7 +61,7 @@ MEASURED = Constants(
     dead_letter_record_bytes=307.7,
     changelog_record_bytes=137.9,
     source="make bench 2026-12-04T03:03:51Z; drain and memory: make bench-scale "
-           "2026-12-06T14:47Z and 15:01Z (the mean of the two); growth: make faults "
+           "2026-12-06T17:52Z and 18:06Z (the mean of the two); growth: make faults "
            f"{MOVE_MEASURED_AT}; 2 cores",
 )
 
