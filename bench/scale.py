@@ -206,8 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         "--only", "a,a2,c,d"]))
     shape = ["--records", str(args.records), "--sessions", str(args.sessions),
              "--partitions", str(args.partitions)]
-    # the worker first, on a broker and input that no baseline has read: after the
-    # passthroughs and Quix, its peak ran 10-17 MB above the memory runs' of the same code
+    # the worker first, then the baselines on fresh topics: each phase reads input no other
+    # phase has read (the order did not explain the large worker's peak: docs/performance.md)
     large = figures(bench("large", work / "large", [
         "--modes", f"{EOS},{ALO}", "--rates", "1000", "--baselines", "none", *shape,
         "--only", "c,d,r"]))

@@ -4,13 +4,20 @@ number and their data, write no log of their own, and keep what a clean stop flu
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
 import rocksdict
 
 from workers.stream.state_owner import StateOwner
-from workers.stream.store_memory import MB, MEMTABLE_MAX, MEMTABLE_MIN, StoreMemory
+from workers.stream.store_memory import (
+    MB,
+    MEMTABLE_MAX,
+    MEMTABLE_MIN,
+    StoreMemory,
+    memtables_to_flush,
+)
 
 
 @pytest.mark.parametrize(("cache_mb", "stores", "memtable"), [
@@ -55,3 +62,39 @@ def test_the_stores_write_no_log_and_keep_what_a_clean_stop_flushed(tmp_path: Pa
     again.assign([0, 1])
     assert again.db(1).get(b"k0-0") is not None
     again.close()
+
+
+@pytest.mark.parametrize(("used", "entries", "chosen"), [
+    (16 * MB, {0: 10, 1: 20}, []),  # at the bound: nothing
+    (40 * MB, {}, []),  # no store open
+    (40 * MB, {0: 0, 1: 0}, []),  # nothing in the active memtables (all being flushed)
+    # over: fullest first, until their share of what is used covers what is over half the bound
+    (40 * MB, {0: 100, 1: 400, 2: 300, 3: 200}, [1, 2, 3]),
+    (20 * MB, {0: 100, 1: 400, 2: 300, 3: 200}, [1, 2]),
+    (17 * MB, {5: 1, 3: 1, 4: 1, 9: 0}, [3, 4]),  # ties by partition; an empty one never
+])
+def test_the_fullest_memtables_are_flushed_down_to_half_their_bound(
+        used: int, entries: dict[int, int], chosen: list[int]) -> None:
+    assert memtables_to_flush(used, 16 * MB, entries) == chosen
+
+
+def _active_entries(state: StateOwner, p: int) -> int:
+    return state.db(p).property_int_value("rocksdb.num-entries-active-mem-table") or 0
+
+
+def test_memtables_over_their_bound_are_flushed_fullest_first(tmp_path: Path) -> None:
+    state = StateOwner(tmp_path, "sessions", "changelog", StoreMemory(cache_mb=64), stores=4)
+    state.assign(range(4))
+    assert state.relieve_memtables() == []  # nothing written
+    _fill(state, range(4), 2)  # some 0.5 MB a store: below RocksDB's own triggers
+    _fill(state, range(2, 3), 2)  # partition 2 the fullest
+    assert state.relieve_memtables() == []  # within the write buffer manager's 32 MB
+    assert all(_active_entries(state, p) > 0 for p in range(4))
+    chosen = state.relieve_memtables(bound=MB)
+    assert chosen[0] == 2 and len(chosen) >= 2
+    deadline = time.monotonic() + 30  # the flushes run in RocksDB's background
+    while any(_active_entries(state, p) for p in chosen) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [_active_entries(state, p) for p in chosen] == [0] * len(chosen)
+    assert state.db(2).get(b"k0-0") is not None  # flushed, not lost
+    state.close()

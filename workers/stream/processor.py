@@ -580,6 +580,7 @@ class Processor:
         for partition, batch in batches.items():
             batch.put(OFFSET_KEY, str(last[partition]).encode())
             db(partition).write(batch)
+        self.state.relieve_memtables()  # and the memtables held to their bound
 
 
 def _stand_ins(tp: TP, first: int, end: int, generation: int) -> list[ConsumerMessage]:

@@ -27,12 +27,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from workers.settings import WorkerSettings
 from workers.stream import local_state, restore_processes
-from workers.stream.store_memory import StoreMemory, StoreOptions
+from workers.stream.store_memory import StoreMemory, StoreOptions, memtables_to_flush
 
 log = logging.getLogger("transcript_owner.state")
 
-DEFAULT_MEMORY = StoreMemory(cache_mb=32)  # TRANSCRIPT_STATE_CACHE_MB
+DEFAULT_MEMORY = StoreMemory(cache_mb=WorkerSettings.model_fields["state_cache_mb"].default)
 OPEN_TIMEOUT_S = 30.0  # a store still locked by an exiting process of this state dir
 
 
@@ -75,6 +76,26 @@ class StateOwner:
         """What the stores' shared cache holds now (blocks and memtables); None before any
         store opened."""
         return None if self._options is None else self._options.usage_bytes()
+
+    def relieve_memtables(self, bound: int | None = None) -> list[int]:
+        """Flush the fullest memtables (in the background) while all of them hold more than
+        `bound` (the write buffer manager's, by default): the partitions asked, fullest first.
+        After each batch's writes (Processor): store_memory says why RocksDB's own triggers are
+        not enough here."""
+        if self._options is None:
+            return []
+        stores = {**self._standbys, **self._stores}
+        entries = {p: db.property_int_value("rocksdb.num-entries-active-mem-table") or 0
+                   for p, db in stores.items()}
+        limit = self._options.memtable_bound if bound is None else bound
+        chosen = memtables_to_flush(self._options.memtable_usage(), limit, entries)
+        for p in chosen:
+            try:
+                stores[p].flush(wait=False)
+            except Exception as exc:  # noqa: BLE001  (rocksdict raises plain Exception)
+                # not this batch's failure: a store that cannot flush fails its next write
+                log.warning("partition %s: its store's memtable did not flush: %s", p, exc)
+        return chosen
 
     def open_stores(self) -> Mapping[int, Any]:
         """The stores open now, for the gauges (read only)."""
