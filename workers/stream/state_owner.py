@@ -77,21 +77,24 @@ class StateOwner:
         store opened."""
         return None if self._options is None else self._options.usage_bytes()
 
-    def relieve_memtables(self, bound: int | None = None) -> list[int]:
-        """Flush the fullest memtables (in the background) while all of them hold more than
-        `bound` (the write buffer manager's, by default): the partitions asked, fullest first.
-        After each batch's writes (Processor): store_memory says why RocksDB's own triggers are
-        not enough here."""
+    def relieve_memtables(self, bound: int | None = None, wait: bool = False) -> list[int]:
+        """Flush the fullest memtables (in the background; `wait`: before returning) while all
+        of them hold more than `bound` (the write buffer manager's, by default): the partitions
+        asked, fullest first. After each batch's writes (Processor): store_memory says why
+        RocksDB's own triggers are not enough here. Under the bound it reads one figure."""
         if self._options is None:
+            return []
+        used = self._options.memtable_usage()
+        limit = self._options.memtable_bound if bound is None else bound
+        if used <= limit:
             return []
         stores = {**self._standbys, **self._stores}
         entries = {p: db.property_int_value("rocksdb.num-entries-active-mem-table") or 0
                    for p, db in stores.items()}
-        limit = self._options.memtable_bound if bound is None else bound
-        chosen = memtables_to_flush(self._options.memtable_usage(), limit, entries)
+        chosen = memtables_to_flush(used, limit, entries)
         for p in chosen:
             try:
-                stores[p].flush(wait=False)
+                stores[p].flush(wait=wait)
             except Exception as exc:  # noqa: BLE001  (rocksdict raises plain Exception)
                 # not this batch's failure: a store that cannot flush fails its next write
                 log.warning("partition %s: its store's memtable did not flush: %s", p, exc)

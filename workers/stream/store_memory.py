@@ -64,10 +64,10 @@ class StoreOptions:
         self.cache = rocksdict.Cache(memory.cache_mb * MB)
         # memtables charged to the cache: the stores' memory is the cache's capacity; no stall
         # (a write never waits on it: a flush is triggered instead)
+        self.memtable_bound = memory.cache_mb * MB // 2  # the memtables' half of the budget
         self.buffers = rocksdict.WriteBufferManager.new_write_buffer_manager_with_cache(
-            memory.cache_mb * MB // 2, False, self.cache)
+            self.memtable_bound, False, self.cache)
         self.memtable = memory.memtable_bytes(stores)
-        self.memtable_bound = memory.cache_mb * MB // 2  # the write buffer manager's
 
     def memtable_usage(self) -> int:
         """What every store's memtables hold now (allocated, flushed or not yet freed)."""
