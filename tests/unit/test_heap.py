@@ -8,6 +8,8 @@ import weakref
 from collections.abc import Iterator
 
 import pytest
+from transcript_connector.partitioning import partition_for
+from transcript_connector.session_keys import canonical_session_key
 
 from workers.stream import heap
 
@@ -54,3 +56,25 @@ def test_a_batch_frees_its_cyclic_garbage_and_freezes_its_survivors() -> None:
     assert garbage() is None  # collected before the freeze, not frozen for good
     assert gc.get_freeze_count() >= frozen + 100
     assert not any(o is survivors[0] for o in gc.get_objects())
+
+
+def _cache_dict(cached) -> dict:  # noqa: ANN001  (a functools.lru_cache wrapper)
+    [cache] = [o for o in gc.get_referents(cached) if isinstance(o, dict) and len(o) >= 3000]
+    return cache
+
+
+def test_a_miss_of_the_per_record_caches_gives_the_collector_nothing_to_traverse() -> None:
+    """Keyed by (key, partitions) and (raw, agent_id) tuples, the partitioner's and the session
+    keys' caches were dicts a full collection untracked and the next miss tracked again: the
+    collection after each batch then traversed all their entries (5-8 ms a batch at a million
+    sessions, docs/performance.md). Keyed by one string, they are never tracked."""
+    from transcript_connector import partitioning, session_keys
+
+    for i in range(3000):
+        partition_for(f"agent:ops:direct:u{i}", 64)
+        canonical_session_key(f"agent:ops:direct:u{i}", "ops")
+    heap.after_batch()
+    assert partition_for("agent:ops:direct:new", 64) == partition_for("agent:ops:direct:new", 64)
+    assert canonical_session_key("agent:ops:direct:new", "ops") == "agent:ops:direct:new"
+    for cached in (partitioning._key_hash_cached, session_keys._canonical_cached):
+        assert not gc.is_tracked(_cache_dict(cached))

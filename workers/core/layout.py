@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from transcript_connector.partitioning import partition_for
+from transcript_connector.partitioning import key_hash, partition_for
 
 from workers.core.outputs import parse_entry_key
 
@@ -255,12 +255,11 @@ class Homes:
     def __init__(self, count: int) -> None:
         self.count = count
         self._homes: dict[str, int] = {}
-        self._compute = partition_for.__wrapped__  # the contract's partitioner, uncached
 
     def __call__(self, session: str) -> int:
         home = self._homes.get(session)
-        if home is None:
-            home = self._homes[session] = self._compute(session, self.count)
+        if home is None:  # the contract's partitioner, without its cache
+            home = self._homes[session] = key_hash(session) % self.count
         return home
 
 

@@ -48,11 +48,22 @@ def murmur2(data: bytes) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
-@lru_cache(maxsize=1 << 16)
 def partition_for(session_key: str, partitions: int) -> int:
     """toPositive(murmur2(key)) % partitions, as the Java default partitioner computes it.
 
-    Cached: the worker asks for every record, over a few thousand live sessions, and murmur2
-    in Python costs microseconds per key.
+    The hash is cached: the worker asks for every record, over a few thousand live sessions,
+    and murmur2 in Python costs microseconds per key.
     """
-    return (murmur2(session_key.encode("utf-8")) & 0x7FFFFFFF) % partitions
+    return _key_hash_cached(session_key) % partitions
+
+
+def key_hash(session_key: str) -> int:
+    """toPositive(murmur2(key)), uncached: what the partitioner takes modulo the partitions."""
+    return murmur2(session_key.encode("utf-8")) & 0x7FFFFFFF
+
+
+# Keyed by the one string, not (key, partitions): a cache of tuple keys is a dict the garbage
+# collector untracks at a full collection (only untracked keys and values left in it) and
+# tracks again at the next miss, so the worker's collection after each batch traversed all its
+# 65,536 entries (workers/stream/heap.py). Keyed by a str, the dict is never tracked.
+_key_hash_cached = lru_cache(maxsize=1 << 16)(key_hash)

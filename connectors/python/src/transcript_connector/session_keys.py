@@ -65,7 +65,6 @@ class RouteLike(Protocol):
     def thread_id(self) -> str | None: ...
 
 
-@lru_cache(maxsize=1 << 14)
 def canonical_session_key(raw: str, agent_id: str) -> str:
     """The canonical form of `raw`, a key the sending agent `agent_id` computed.
 
@@ -74,9 +73,28 @@ def canonical_session_key(raw: str, agent_id: str) -> str:
     segment is not one (the key names no agent, so no session can be chosen for it). Cached:
     pure, and called for every record with a handful of distinct keys.
     """
+    if ":" in agent_id:  # never in an agent id; the cache's key below relies on it
+        raise _invalid_agent(agent_id)
+    return _canonical_cached(f"{agent_id}:{raw}")
+
+
+# Keyed by one string, "<agent_id>:<raw>" (unambiguous: an agent id has no colon), not by the
+# (raw, agent_id) pair: a cache of tuple keys is a dict the garbage collector untracks at a full
+# collection and tracks again at the next miss, so the worker's collection after each batch
+# traversed all its entries (workers/stream/heap.py). Keyed by a str, it is never tracked.
+@lru_cache(maxsize=1 << 14)
+def _canonical_cached(agent_and_raw: str) -> str:
+    agent_id, raw = agent_and_raw.split(":", 1)
     if not _AGENT_ID.fullmatch(agent_id):
-        raise ValueError(f"invalid agent_id {agent_id!r}: an agent id matches {AGENT_ID_PATTERN}")
+        raise _invalid_agent(agent_id)
     return raw if _unchanged(raw) else _by_rules(raw, agent_id)
+
+
+def _invalid_agent(agent_id: str) -> ValueError:
+    return ValueError(f"invalid agent_id {agent_id!r}: an agent id matches {AGENT_ID_PATTERN}")
+
+
+canonical_session_key.cache_clear = _canonical_cached.cache_clear  # type: ignore[attr-defined]
 
 
 def _by_rules(raw: str, agent_id: str) -> str:
