@@ -1,12 +1,18 @@
 """One transaction's cost under Kafka's transactions v1 and v2 (KIP-890), on the local broker.
 
     .venv/bin/python bench/txn_versions.py [--transactions 300] [--records 3] [--rounds 3]
+                                           [--partitions 8] [--topics 1] [--versions 1,2]
 
-The worker's transactions speak v1 (aiokafka has no v2; nor have kafka-python 3.0.12 and
-librdkafka, which hold v2's schemas at most). To know what v2 would pay, this drives both over
-one raw connection with kafka-python's protocol classes, the same client code for both, one
-transaction after the other as the worker's are: `--records` records on each of 8 partitions
-and one consumer-group offset per transaction.
+aiokafka has no v2 (the worker adds it: workers/stream/adapter.py), nor have kafka-python
+3.0.12 and librdkafka, which hold v2's schemas at most. This drives both over one raw
+connection with kafka-python's protocol classes, the same client code for both and no producer
+client around it (the broker's floor), one transaction after the other as the worker's are:
+`--records` records on each of 8 partitions and one consumer-group offset per transaction.
+`--partitions P --topics T` gives a transaction the worker's shape at more partitions:
+`--records` on each of P partitions of T topics, and the offsets of P partitions of two of
+them (as of the input and of transcript.control). At 1,000/s on 64 partitions a batch of the
+worker touches about 31 partitions of its entries (with their positions) and of its
+changelog: T = 2.
 - v1: AddPartitionsToTxn (asked again every 2 ms while the broker answers
   CONCURRENT_TRANSACTIONS: the last transaction's markers are still being written, as the
   worker's producer does), Produce v11, AddOffsetsToTxn, TxnOffsetCommit v3, EndTxn v3.
@@ -34,7 +40,8 @@ from bench.common import BOOTSTRAP, create_topic, delete_topics  # noqa: E402
 
 PARTITIONS = 8
 RETRY_S = 0.002
-_RETRIABLE = {6, 19, 51}  # not the leader yet, not enough replicas (a v1 produce), concurrent
+_RETRIABLE = {3, 6, 19, 51}  # a new topic not known yet, not its leader yet, not enough replicas
+# (a v1 produce), concurrent transactions
 
 
 class Connection:
@@ -94,8 +101,8 @@ async def until_ok(c: Connection, request: Any, response: Any, version: int, err
         await asyncio.sleep(RETRY_S)
 
 
-async def measure(version: int, topic: str, transactions: int, records: int
-                  ) -> tuple[list[float], int]:
+async def measure(version: int, topics: list[str], transactions: int, records: int,
+                  partitions: int = PARTITIONS) -> tuple[list[float], int]:
     from kafka.protocol.producer import (
         AddOffsetsToTxnRequest,
         AddOffsetsToTxnResponse,
@@ -120,7 +127,9 @@ async def measure(version: int, topic: str, transactions: int, records: int
     if init.error_code:
         raise RuntimeError(f"InitProducerId: error {init.error_code}")
     pid, epoch = init.producer_id, init.producer_epoch
-    sequences = [0] * PARTITIONS
+    sequences = {(t, p): 0 for t in topics for p in range(partitions)}
+    offset_topics = topics[:2]  # as the input's and transcript.control's
+    offset_partitions = range(partitions) if len(topics) > 1 else range(1)
     counts = {"asked again": 0}
     times: list[float] = []
     Topic = ProduceRequest.TopicProduceData
@@ -133,13 +142,14 @@ async def measure(version: int, topic: str, transactions: int, records: int
                     v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
                     v3_and_below_producer_epoch=epoch, v3_and_below_topics=[
                         AddPartitionsToTxnRequest.AddPartitionsToTxnTopic(
-                            name=topic, partitions=list(range(PARTITIONS)))]),
+                            name=topic, partitions=list(range(partitions)))
+                        for topic in topics]),
                     AddPartitionsToTxnResponse, 3,
                     lambda a: (p.partition_error_code for t in a.results_by_topic_v3_and_below
                                for p in t.results_by_partition), counts)
             data = [Topic(name=topic, partition_data=[Topic.PartitionProduceData(
-                index=p, records=record_batch(pid, epoch, sequences[p], records))
-                for p in range(PARTITIONS)])]
+                index=p, records=record_batch(pid, epoch, sequences[topic, p], records))
+                for p in range(partitions)]) for topic in topics]
             await until_ok(c, ProduceRequest(
                 transactional_id=tid, acks=-1, timeout_ms=30000, topic_data=data),
                 ProduceResponse, 12 if version == 2 else 11,
@@ -153,9 +163,10 @@ async def measure(version: int, topic: str, transactions: int, records: int
             await until_ok(c, TxnOffsetCommitRequest(
                 transactional_id=tid, group_id=group, producer_id=pid, producer_epoch=epoch,
                 generation_id=-1, member_id="", group_instance_id=None, topics=[OffsetTopic(
-                    name=topic, partitions=[OffsetTopic.TxnOffsetCommitRequestPartition(
-                        partition_index=0, committed_offset=i + 1, committed_leader_epoch=-1,
-                        committed_metadata="")])]),
+                    name=name, partitions=[OffsetTopic.TxnOffsetCommitRequestPartition(
+                        partition_index=p, committed_offset=i + 1, committed_leader_epoch=-1,
+                        committed_metadata="") for p in offset_partitions])
+                    for name in offset_topics]),
                 TxnOffsetCommitResponse, 5 if version == 2 else 3,
                 lambda a: (p.error_code for t in a.topics for p in t.partitions), counts)
             end = await c.send(EndTxnRequest(transactional_id=tid, producer_id=pid,
@@ -164,9 +175,10 @@ async def measure(version: int, topic: str, transactions: int, records: int
             if end.error_code:
                 raise RuntimeError(f"EndTxn: error {end.error_code}")
             if version == 2:  # every transaction bumps the epoch; sequences start again
-                pid, epoch, sequences = end.producer_id, end.producer_epoch, [0] * PARTITIONS
+                pid, epoch = end.producer_id, end.producer_epoch
+                sequences = dict.fromkeys(sequences, 0)
             else:
-                sequences = [s + records for s in sequences]
+                sequences = {tp: s + records for tp, s in sequences.items()}
             times.append((time.perf_counter() - began) * 1000)
     finally:
         c.close()
@@ -178,14 +190,20 @@ def main() -> int:
     parser.add_argument("--transactions", type=int, default=300)
     parser.add_argument("--records", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=PARTITIONS)
+    parser.add_argument("--topics", type=int, default=1)
+    parser.add_argument("--versions", default="1,2")
     args = parser.parse_args()
     prefix = f"txnversions{uuid.uuid4().hex[:8]}."
-    create_topic(prefix + "out", PARTITIONS)
+    topics = [f"{prefix}out{t}" for t in range(args.topics)]
+    for topic in topics:
+        create_topic(topic, args.partitions)
+    versions = [int(v) for v in args.versions.split(",")]
     try:
         for n in range(args.rounds):
-            for version in (1, 2):
-                times, again = asyncio.run(measure(version, prefix + "out", args.transactions,
-                                                   args.records))
+            for version in versions:
+                times, again = asyncio.run(measure(version, topics, args.transactions,
+                                                   args.records, args.partitions))
                 times.sort()
                 print(f"round {n + 1} transactions v{version}: p50 "
                       f"{statistics.median(times):6.2f} ms  p99 "
