@@ -196,14 +196,14 @@ class Recovery:
     backlog. The feed is still running then, so every partition gets records."""
 
     def __init__(self, entries: Collector, since: float) -> None:
-        self.since = since
+        self.since, self.since_ms = since, since * 1000
         self.partitions = len(entries.consumer.assignment())
         self.seen = 0
         self.first: dict[int, float] = {}
 
     def done(self, records: list) -> bool:
         for r in records[self.seen:]:
-            if r.timestamp >= self.since * 1000:
+            if r.timestamp >= self.since_ms:
                 self.first.setdefault(r.partition, r.timestamp / 1000)
         self.seen = len(records)
         return len(self.first) == self.partitions

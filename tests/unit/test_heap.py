@@ -8,8 +8,7 @@ import weakref
 from collections.abc import Iterator
 
 import pytest
-from transcript_connector.partitioning import partition_for
-from transcript_connector.session_keys import canonical_session_key
+from transcript_connector import partitioning, session_keys
 
 from workers.stream import heap
 
@@ -68,13 +67,12 @@ def test_a_miss_of_the_per_record_caches_gives_the_collector_nothing_to_traverse
     keys' caches were dicts a full collection untracked and the next miss tracked again: the
     collection after each batch then traversed all their entries (5-8 ms a batch at a million
     sessions, docs/performance.md). Keyed by one string, they are never tracked."""
-    from transcript_connector import partitioning, session_keys
-
     for i in range(3000):
-        partition_for(f"agent:ops:direct:u{i}", 64)
-        canonical_session_key(f"agent:ops:direct:u{i}", "ops")
+        partitioning.partition_for(f"agent:ops:direct:u{i}", 64)
+        session_keys.canonical_session_key(f"agent:ops:direct:u{i}", "ops")
     heap.after_batch()
-    assert partition_for("agent:ops:direct:new", 64) == partition_for("agent:ops:direct:new", 64)
-    assert canonical_session_key("agent:ops:direct:new", "ops") == "agent:ops:direct:new"
+    new = "agent:ops:direct:new"
+    assert partitioning.partition_for(new, 64) == partitioning.partition_for(new, 64)
+    assert session_keys.canonical_session_key(new, "ops") == new
     for cached in (partitioning._key_hash_cached, session_keys._canonical_cached):
         assert not gc.is_tracked(_cache_dict(cached))
