@@ -131,16 +131,83 @@ def test_a_key_taken_as_it_is_is_what_the_rules_give(raw: str, agent: str) -> No
     """The shortcut for keys no rule changes (most keys at a million sessions, where the cache
     misses) gives exactly what the rules give."""
     raw = "agent:" + raw if not raw.startswith("agent:") and len(raw) % 2 else raw
-    if session_keys._unchanged(raw):
+    if taken_as_it_is(raw):
         assert session_keys._by_rules(raw, agent) == raw
+
+
+def taken_as_it_is(raw: str) -> bool:
+    return session_keys._UNCHANGED.fullmatch(raw) is not None
+
+
+def unchanged_by_definition(raw: str) -> bool:
+    """What the shortcut's one regular expression stands for, segment by segment."""
+    if not (raw.isascii() and raw.isprintable()) or " " in raw or raw.lower() != raw:
+        return False
+    parts = raw.split(":")
+    return (len(parts) >= 3 and parts[0] == "agent"
+            and re.fullmatch(AGENT_ID_PATTERN, parts[1]) is not None
+            and "" not in parts and "dm" not in parts and "thread" not in parts)
+
+
+_any_word = st.one_of(
+    _word,
+    st.sampled_from(["DM", "Thread", "dmx", "xdm", "threads", "a" * 64, "a" * 65, "-a", "_",
+                     "a\n", "\n", "\t", "Σ", "é", "\x7f", "\x00", " ", "a b", "[", "@", "~"]),
+    st.text(max_size=4))
+
+
+@settings(max_examples=5000)
+@given(st.lists(_any_word, min_size=0, max_size=7).map(":".join), st.booleans())
+def test_the_shortcut_is_its_definition(raw: str, prefixed: bool) -> None:
+    raw = "agent:" + raw if prefixed else raw
+    assert taken_as_it_is(raw) == unchanged_by_definition(raw)
+
+
+@pytest.mark.parametrize("raw", [
+    "agent:ops:main", "agent:a-1:slack:channel:c1:thread2:1700.1", "agent:0:x:!room;a@b[c]~",
+    "agent:" + "a" * 64 + ":main", "agent:ops:direct:dmx", "agent:ops:telegram:topic:7"])
+def test_canonical_keys_are_taken_as_they_are(raw: str) -> None:
+    assert taken_as_it_is(raw) and unchanged_by_definition(raw)
 
 
 @pytest.mark.parametrize("raw", [
     "agent:ops:telegram:group:-100:thread:7", "agent:ops:slack:dm:u1", "agent:ops:x:group:Ab",
     "agent:ops: slack:group:g", "agent:ops::main", "agent:ops", "slack:group:g",
-    "agent:OPS:main", "agent:ops:signal:group:\tg"])
+    "agent:OPS:main", "agent:ops:signal:group:\tg", "agent:ops:main\n", "agent:ops:main:",
+    "agent:dm:main", "agent:thread:main", "agent:ops:x:dm", "agent:ops:x:thread",
+    "agent:" + "a" * 65 + ":main", "agent:-a:main", "agent:ops:caf\u00e9", "Agent:ops:main"])
 def test_keys_a_rule_changes_are_not_taken_as_they_are(raw: str) -> None:
-    assert not session_keys._unchanged(raw)
+    assert not taken_as_it_is(raw)
+
+
+# --- the cache ------------------------------------------------------------------------------
+
+
+def test_a_full_cache_is_emptied_and_answers_as_before() -> None:
+    canonical_session_key.cache_clear()
+    keys = [f"agent:ops:Slack:channel:C{i}" for i in range(session_keys._CACHE_SIZE + 10)]
+    first = [canonical_session_key(k, "ops") for k in keys]
+    assert len(session_keys._cache) <= session_keys._CACHE_SIZE
+    assert first[0] == "agent:ops:slack:channel:c0"
+    assert [canonical_session_key(k, "ops") for k in keys] == first  # hits and misses alike
+    assert canonical_session_key("", "ops") == canonical_session_key("main", "ops")
+
+
+@pytest.mark.parametrize(("raw", "agent"), [("agent:BAD!:main", "ops"), ("main", "OPS")])
+def test_a_refused_key_is_refused_every_time(raw: str, agent: str) -> None:
+    """Nothing is cached for a key that names no agent: it raises again, it never becomes a key."""
+    canonical_session_key.cache_clear()
+    for _ in range(2):
+        with pytest.raises(ValueError):
+            canonical_session_key(raw, agent)
+    assert session_keys._cache == {}
+
+
+def test_the_sending_agent_is_part_of_the_cached_key() -> None:
+    canonical_session_key.cache_clear()
+    assert canonical_session_key("main", "ops") == "agent:ops:main"
+    assert canonical_session_key("main", "a-1") == "agent:a-1:main"
+    assert canonical_session_key("ops:main", "a") == "agent:a:ops:main"
 
 
 # --- the builder --------------------------------------------------------------------------

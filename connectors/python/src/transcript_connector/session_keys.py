@@ -31,7 +31,6 @@ Key shapes (DESIGN.md, field-notes):
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from typing import Literal, Protocol, get_args
 
 from transcript_connector.unicode_text import py_lower, py_strip
@@ -71,30 +70,47 @@ def canonical_session_key(raw: str, agent_id: str) -> str:
     Raises ValueError when `agent_id` is not an agent id (refused, not repaired: the worker
     dead-letters a record whose agent id is none), or when `raw` is an `agent:` key whose agent
     segment is not one (the key names no agent, so no session can be chosen for it). Cached:
-    pure, and called for every record with a handful of distinct keys.
+    pure, and called for every record.
     """
     if ":" in agent_id:  # never in an agent id; the cache's key below relies on it
         raise _invalid_agent(agent_id)
-    return _canonical_cached(f"{agent_id}:{raw}")
+    agent_and_raw = f"{agent_id}:{raw}"
+    key = _cache.get(agent_and_raw)
+    if key is None:
+        if not _AGENT_ID.fullmatch(agent_id):
+            raise _invalid_agent(agent_id)
+        key = raw if _UNCHANGED.fullmatch(raw) else _by_rules(raw, agent_id)
+        if len(_cache) >= _CACHE_SIZE:  # not a rule, so no vector's (test_session_keys')
+            _cache.clear()  # pragma: no cover
+        _cache[agent_and_raw] = key
+    return key
 
 
-# Keyed by one string, "<agent_id>:<raw>" (unambiguous: an agent id has no colon), not by the
-# (raw, agent_id) pair: a cache of tuple keys is a dict the garbage collector untracks at a full
-# collection and tracks again at the next miss, so the worker's collection after each batch
-# traversed all its entries (workers/stream/heap.py). Keyed by a str, it is never tracked.
-@lru_cache(maxsize=1 << 14)
-def _canonical_cached(agent_and_raw: str) -> str:
-    agent_id, raw = agent_and_raw.split(":", 1)
-    if not _AGENT_ID.fullmatch(agent_id):
-        raise _invalid_agent(agent_id)
-    return raw if _unchanged(raw) else _by_rules(raw, agent_id)
+# The keys canonicalised lately, by "<agent_id>:<raw>" (unambiguous: an agent id has no colon).
+# A plain dict, emptied when full, not functools.lru_cache: with a million sessions nearly every
+# lookup misses, and an LRU's bookkeeping made a miss cost 2.5 µs against 1 µs
+# (docs/performance.md); with a few thousand sessions every key stays. Keyed and valued by
+# strings, the collector never tracks it (a dict of tuple keys was traversed after each batch:
+# workers/stream/heap.py).
+_CACHE_SIZE = 1 << 14
+_cache: dict[str, str] = {}
+canonical_session_key.cache_clear = _cache.clear  # type: ignore[attr-defined]
 
 
 def _invalid_agent(agent_id: str) -> ValueError:
     return ValueError(f"invalid agent_id {agent_id!r}: an agent id matches {AGENT_ID_PATTERN}")
 
 
-canonical_session_key.cache_clear = _canonical_cached.cache_clear  # type: ignore[attr-defined]
+# A key no rule below changes, taken as it is (most keys a worker reads: connectors send
+# canonical keys): a full `agent:<id>:…` key of printable ASCII without spaces or capitals, no
+# empty segment, and no `dm` or `thread` segment (the only segments a rule renames), so trimming
+# and lowercasing leave it as it is and the segments are joined again as they were. One regular
+# expression (0.47 µs a key here) where splitting and testing the segments took 0.74;
+# tests/unit/test_session_keys.py holds it to that definition. A segment's characters: printable
+# ASCII but the colon, the space and A-Z.
+_UNCHANGED = re.compile(
+    r"agent:(?!(?:dm|thread):)[a-z0-9][a-z0-9_-]{0,63}"
+    r"(?::(?!(?:dm|thread)(?::|\Z))[!-9;-@\[-~]+)+")
 
 
 def _by_rules(raw: str, agent_id: str) -> str:
@@ -111,20 +127,6 @@ def _by_rules(raw: str, agent_id: str) -> str:
     if not rest or (len(rest) == 1 and py_lower(rest[0]) in ("", "main")):
         return f"agent:{agent}:main"
     return f"agent:{agent}:{_canonical_rest(rest)}"
-
-
-def _unchanged(raw: str) -> bool:
-    """Is `raw` a key no rule below changes? A full `agent:<id>:…` key of printable ASCII
-    without spaces or capitals, no empty segment, and no `dm` or `thread` segment (the only
-    segments a rule renames): trimming and lowercasing leave it as it is, and the segments are
-    joined again as they were. Most keys a worker reads are such (connectors send canonical
-    keys); with a million sessions the cache above misses nearly every time, and this costs
-    half what the rules do (1.0 against 2.0 µs here). Anything else takes the rules."""
-    if not (raw.isascii() and raw.isprintable()) or " " in raw or raw.lower() != raw:
-        return False
-    parts = raw.split(":")
-    return (len(parts) >= 3 and parts[0] == "agent" and _AGENT_ID.fullmatch(parts[1]) is not None
-            and "" not in parts and "dm" not in parts and "thread" not in parts)
 
 
 def _canonical_rest(rest: list[str]) -> str:
