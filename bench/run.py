@@ -327,7 +327,19 @@ def latency_key(result: dict, mode: str) -> str:
     return "latency_ms" if mode == result["processing_guarantee"] else f"latency_ms_{mode}"
 
 
+def exit_on_sigterm() -> None:
+    """`kill` ends a run as Ctrl-C does: through its `finally` blocks, which stop the workers it
+    started and delete its topics. Killed without this, a run left its worker running (beside
+    whatever ran next) and its topics on the broker. A second SIGTERM ends it at once."""
+    def end(signum: int, _frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, end)
+
+
 def main(argv: list[str] | None = None) -> int:
+    exit_on_sigterm()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=200_000,
                         help="preloaded input of (a), (b) and of (c) in each mode")
