@@ -18,9 +18,11 @@ every record arrives keyed by its canonical key on its home partition (as connec
 it), decided by Owner.handle over the worker's SessionStore, whose partition stores are
 dicts here; each batch's writes are taken and applied as the worker does after the changelog
 send. Then the size of the stored state records. The file is read into memory first.
-With --rocksdb the partition stores are the worker's RocksDB stores (workers.stream.store_memory,
-its default budget of 64 MB, in a temporary directory), each batch's writes one write batch a
-partition, as the worker applies them after its commit.
+The session store holds as many heads as the worker's does by default (its `head_cache`
+setting; --head-cache to try another). With --rocksdb the partition stores are the worker's
+RocksDB stores (workers.stream.store_memory, its default `state_cache_mb` budget, in a temporary
+directory), each batch's writes one write batch a partition, as the worker applies them after
+its commit.
 """
 
 from __future__ import annotations
@@ -66,14 +68,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="input partitions (--worker)")
     parser.add_argument("--rocksdb", action="store_true",
                         help="--worker over the worker's RocksDB stores, not dicts")
+    parser.add_argument("--head-cache", type=int, default=None,
+                        help="heads the session store holds (--worker; the worker's default)")
     args = parser.parse_args(argv)
     if args.stages:
-        return stages(args.file, args.limit, args.batch)
+        return stages(args.file, args.limit, args.batch, args.head_cache)
     if args.worker:
         if not args.rocksdb:
-            return worker(args.file, args.limit, args.batch, args.partitions)
+            return worker(args.file, args.limit, args.batch, args.partitions,
+                          head_cache=args.head_cache)
         with tempfile.TemporaryDirectory(prefix="decide-speed-") as folder:
-            return worker(args.file, args.limit, args.batch, args.partitions, folder)
+            return worker(args.file, args.limit, args.batch, args.partitions, folder,
+                          args.head_cache)
     state = MemoryState()
     owner = Owner(None, DEFAULT_DEDUPE_WINDOW, lambda: WRITTEN_AT)
     handle_s = render_s = 0.0
@@ -94,10 +100,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def worker(path: str, limit: int | None, batch: int, partitions: int,
-           rocksdb: str | None = None) -> int:
+           rocksdb: str | None = None, head_cache: int | None = None) -> int:
     """--worker; over RocksDB stores in the folder `rocksdb` if given."""
     sources, dbs, store, owner = _worker_path(
-        path, limit, partitions, None if rocksdb is None else _rocksdb_stores(rocksdb, partitions))
+        path, limit, partitions, None if rocksdb is None else _rocksdb_stores(rocksdb, partitions),
+        head_cache)
     n = len(sources)
     handle_s = write_s = 0.0
     for at in range(0, n, batch):
@@ -117,13 +124,13 @@ def worker(path: str, limit: int | None, batch: int, partitions: int,
     return 0
 
 
-def stages(path: str, limit: int | None, batch: int) -> int:
-    sources, dbs, store, owner = _worker_path(path, limit)
+def stages(path: str, limit: int | None, batch: int, head_cache: int | None = None) -> int:
+    sources, dbs, store, owner = _worker_path(path, limit, head_cache=head_cache)
     n = len(sources)
     whole = _whole(sources, dbs, store, owner, batch)
     # the steps again, untimed, for the passes that start from them; what a pass keeps is
     # frozen before the next, so that no pass pays for collecting what earlier ones hold
-    _, dbs, store, owner = _worker_path(path, 0)
+    _, dbs, store, owner = _worker_path(path, 0, head_cache=head_cache)
     steps: list[Step] = []
     for at in range(0, n, batch):
         for source in sources[at : at + batch]:
@@ -156,7 +163,7 @@ def stages(path: str, limit: int | None, batch: int) -> int:
     encode_s = perf_counter() - t0
     # storing the steps again, into an empty store of its own (writes only)
     again = SessionStore([DictStore() for _ in range(PARTITIONS)].__getitem__,
-                         DEFAULT_DEDUPE_WINDOW)
+                         DEFAULT_DEDUPE_WINDOW, store.cache_size)
     stored = [(st, src.partition) for st, src in zip(steps, sources, strict=True)
               if st.head is not None or st.seen is not None]
     gc.freeze()
@@ -191,13 +198,18 @@ def _whole(sources: list[Source], dbs: list[DictStore], store: SessionStore, own
 
 
 def _worker_path(path: str, limit: int | None, partitions: int = PARTITIONS,
-                 dbs: list | None = None) -> tuple[list[Source], list, SessionStore, Owner]:
+                 dbs: list | None = None, head_cache: int | None = None,
+                 ) -> tuple[list[Source], list, SessionStore, Owner]:
     """The input as the worker receives it, its partition stores (`dbs`, or dicts), session
-    store and owner."""
+    store (the worker's head cache unless `head_cache`) and owner."""
+    from workers.settings import WorkerSettings
+
     if dbs is None:
         dbs = [DictStore() for _ in range(partitions)]
+    if head_cache is None:
+        head_cache = WorkerSettings().head_cache
     return (_sources(path, limit, partitions), dbs,
-            SessionStore(dbs.__getitem__, DEFAULT_DEDUPE_WINDOW),
+            SessionStore(dbs.__getitem__, DEFAULT_DEDUPE_WINDOW, head_cache),
             Owner(partitions, DEFAULT_DEDUPE_WINDOW, lambda: WRITTEN_AT))
 
 
