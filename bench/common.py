@@ -35,6 +35,29 @@ KS = KafkaSettings(bootstrap=BOOTSTRAP)  # for the workers.kafka_io readers
 _run = {"partitions": PARTITIONS, "topics_file": None}  # set_partitions(): this run's
 
 
+# the worker's packages whose speed or memory a run's figures carry: `pyproject.toml` gives
+# ranges and each machine installs fresh, so a run records what it ran on
+WORKER_PACKAGES = ("aiokafka", "faust-streaming", "mode-streaming", "rocksdict", "kafka-python",
+                   "pydantic", "pydantic-core", "msgspec", "crc32c", "mypy")
+
+
+def packages() -> dict:
+    """The worker interpreter's versions of WORKER_PACKAGES (None: not installed), and which of
+    the per-record path's modules run compiled (`make uncompile` makes them slower)."""
+    from importlib import metadata
+
+    from workers.compiled import MODULES, status
+
+    found: dict = {}
+    for name in WORKER_PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    found["compiled_modules"] = f"{len(status().compiled)} of {len(MODULES)}"
+    return found
+
+
 def partitions() -> int:
     """The run's partition count: of every topic it creates, the worker's TRANSCRIPT_PARTITIONS
     and the preload partitioner (PARTITIONS unless set_partitions() said otherwise)."""

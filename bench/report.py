@@ -148,6 +148,12 @@ def _targets_line(r: dict) -> list[str]:
     return lines
 
 
+def packages_line(found: dict) -> str:
+    """The worker's packages on one line (older results have none)."""
+    return "worker packages: " + ", ".join(f"{name} {version or '-'}"
+                                           for name, version in found.items())
+
+
 def table(r: dict) -> str:
     t, n = r["throughput"], r["records"]
     modes = _modes(r)
@@ -157,6 +163,7 @@ def table(r: dict) -> str:
     lines = [
         f"transcript-owner bench  {r['timestamp']}  nproc={r['machine']['nproc']}  "
         f"python={r['machine']['python']}  kafka={r['machine']['kafka']}",
+        *([packages_line(r["machine"]["packages"])] if "packages" in r["machine"] else []),
         f"input: {n['throughput']:,} synthetic confirmations preloaded on "
         f"{r.get('partitions', 8)} partitions (every topic of the run has as many) "
         "(same records for every throughput row" + (", each mode" if modes and modes[0][0]

@@ -118,6 +118,7 @@ from bench.common import (  # noqa: E402
     create_topic,
     delete_topics,
     env_for,
+    packages,
     preload,
     set_partitions,
     topics_apply,
@@ -445,7 +446,8 @@ def main(argv: list[str] | None = None) -> int:
     result: dict = {
         "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"nproc": os.cpu_count(), "python": platform.python_version(),
-                    "kafka": kafka_version(), "platform": platform.platform()},
+                    "kafka": kafka_version(), "platform": platform.platform(),
+                    "packages": packages()},
         "prefix": prefix,
         "partitions": args.partitions,
         "sessions": args.sessions,

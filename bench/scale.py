@@ -35,6 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import run  # noqa: E402
+from bench.common import packages  # noqa: E402
+from bench.report import packages_line  # noqa: E402
 from workers.commands.plan import MEASURED  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "scale.json"
@@ -151,6 +153,8 @@ def passthroughs(small: dict, large: dict) -> dict:
 def report(doc: dict) -> str:
     verdicts = {True: "met", False: "NOT met", None: "not measured"}
     lines = [f"make bench-scale {doc['timestamp']} ({doc['wall_s']:.0f} s)"]
+    if "packages" in doc:  # older results have none
+        lines.append("  " + packages_line(doc["packages"]))
     for name in ("small", "large"):
         r = doc[name]
         lines.append(
@@ -221,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
             "--sessions", str(s), "--partitions", str(args.partitions), "--only", "c"])))
     doc = {"timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
            "wall_s": round(time.monotonic() - began, 1),
+           "packages": packages(),
            "small": small, "large": large, "memory": memory,
            "passthroughs": passthroughs(small, large),
            "goals": goals(small, large, memory, MEASURED.worker_records_per_s),
